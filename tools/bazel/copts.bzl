@@ -8,7 +8,6 @@ COPTS = [
     "-Wswitch",
     "-Wno-unused-parameter",
     "-Wno-missing-field-initializers",
-    "-fvisibility=hidden",
 ]
 
 TEST_COPTS = [
