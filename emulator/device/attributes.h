@@ -1,0 +1,45 @@
+// What the emulated device reports about itself: limits and fixed identity.
+//
+// One list, used by the provider to answer query_device and by the objects
+// to enforce the same limits, so the two can never disagree.
+#pragma once
+
+#include <cstdint>
+
+namespace rdmaemu::device {
+
+// Our own vendor id (never Mellanox's 0x02c9: perftest would take mlx5-only
+// paths). 0xFFFFFF is what Linux's soft-RoCE reports too.
+inline constexpr uint32_t kVendorId = 0xFFFFFF;
+inline constexpr uint32_t kVendorPartId = 0x5245;  // "RE"
+inline constexpr uint32_t kHwVersion = 1;
+inline constexpr const char* kFirmwareVersion = "rdmaemu 0.1";
+
+inline constexpr int kMaxQp = 0x10000;
+inline constexpr int kMaxQpWr = 0x4000;
+inline constexpr int kMaxSge = 32;
+inline constexpr int kMaxSgeRd = 32;
+inline constexpr int kMaxCq = 16384;
+inline constexpr int kMaxCqe = (1 << 17) - 1;
+inline constexpr int kMaxMr = 0x40000;
+inline constexpr int kMaxPd = 0x7ffc;
+inline constexpr int kMaxQpRdAtom = 128;
+inline constexpr int kMaxResRdAtom = 0x20000;
+inline constexpr int kMaxMw = 0x10000;
+inline constexpr int kMaxAh = 0x10000;
+inline constexpr int kMaxSrq = 960;
+inline constexpr int kMaxSrqWr = 0x4000;
+inline constexpr int kMaxSrqSge = 27;
+inline constexpr int kMaxMcastGrp = 8192;
+inline constexpr int kMaxMcastQpAttach = 56;
+inline constexpr int kMaxInlineData = 256;
+inline constexpr uint16_t kMaxPkeys = 1;
+inline constexpr uint16_t kDefaultPkey = 0xFFFF;
+inline constexpr uint8_t kLocalCaAckDelay = 15;
+inline constexpr uint64_t kMaxMrSize = ~uint64_t{0};
+inline constexpr uint64_t kPageSizeCap = 0xfffff000;
+inline constexpr uint32_t kMaxMsgSize = 1u << 31;
+inline constexpr int kGidTableLength = 16;
+inline constexpr int kNumCompVectors = 1;
+
+}  // namespace rdmaemu::device

@@ -1,0 +1,163 @@
+#include "emulator/device/device.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "emulator/base/log.h"
+#include "emulator/device/attributes.h"
+#include "emulator/net/udp_socket.h"
+
+namespace rdmaemu::device {
+
+bool Gid::empty() const {
+  return std::all_of(raw.begin(), raw.end(), [](uint8_t b) { return b == 0; });
+}
+
+Gid Gid::FromIpv4(in_addr address) {
+  Gid g;
+  g.raw[10] = 0xff;
+  g.raw[11] = 0xff;
+  std::memcpy(&g.raw[12], &address.s_addr, 4);
+  return g;
+}
+
+Device::Device(DeviceConfig config, int index)
+    : config_(std::move(config)),
+      index_(index),
+      node_guid_(Registry::GuidFor(config_.name, index)) {}
+
+Device::~Device() {
+  for (auto& p : ports_) {
+    if (p.fd >= 0) ::close(p.fd);
+  }
+}
+
+Result<std::shared_ptr<Device>> Device::Open(const DeviceConfig& config, int index) {
+  std::shared_ptr<Device> dev(new Device(config, index));
+  for (size_t i = 0; i < config.ports.size(); ++i) {
+    const PortConfig& pc = config.ports[i];
+    auto socket = net::UdpSocket::Bind(pc.address, pc.udp_port);
+    if (!socket.ok()) {
+      return Status::Error(socket.status().code(),
+                           fmt::format("{} port {}: {}", config.name, i + 1, socket.status().message()));
+    }
+    Port port;
+    port.bound = socket->address();
+    port.fd = socket->Release();
+    port.attr.state = pc.active ? PortState::kActive : PortState::kDown;
+    port.attr.link_layer = pc.link_layer;
+    port.attr.max_mtu = pc.max_mtu;
+    port.attr.active_mtu = pc.active_mtu;
+    port.attr.width = pc.width;
+    port.attr.speed = pc.speed;
+    port.attr.lid = pc.lid;
+    port.attr.sm_lid = pc.link_layer == LinkLayer::kInfiniBand ? 1 : 0;
+    port.gids[0] = Gid::FromIpv4(port.bound.sin_addr);
+    char text[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &port.bound.sin_addr, text, sizeof text);
+    Log().info("{} port {}: bound {}:{}", config.name, i + 1, text, ntohs(port.bound.sin_port));
+    dev->ports_.push_back(port);
+  }
+  return dev;
+}
+
+sockaddr_in Device::PortAddress(int port) const { return ports_.at(port - 1).bound; }
+
+int Device::PortSocket(int port) const { return ports_.at(port - 1).fd; }
+
+PortAttr Device::QueryPort(int port) const {
+  std::lock_guard lock(mu_);
+  return ports_.at(port - 1).attr;
+}
+
+Result<Gid> Device::QueryGid(int port, int index) const {
+  if (!ValidPort(port)) return InvalidArgument(fmt::format("{} has no port {}", name(), port));
+  if (index < 0 || index >= kGidTableLength) {
+    return InvalidArgument(fmt::format("GID index {} is outside the table (0..{})", index, kGidTableLength - 1));
+  }
+  std::lock_guard lock(mu_);
+  const Gid& g = ports_[port - 1].gids[index];
+  if (g.empty()) return Status::Error(ENODATA, fmt::format("GID index {} is empty", index));
+  return g;
+}
+
+Result<int> Device::FindGid(int port, const Gid& gid) const {
+  if (!ValidPort(port)) return InvalidArgument(fmt::format("{} has no port {}", name(), port));
+  std::lock_guard lock(mu_);
+  const auto& gids = ports_[port - 1].gids;
+  for (int i = 0; i < kGidTableLength; ++i) {
+    if (!gids[i].empty() && gids[i] == gid) return i;
+  }
+  return NotFound("GID not in the table");
+}
+
+int Device::AddListener(Listener listener) {
+  std::lock_guard lock(mu_);
+  int id = next_listener_id_++;
+  listeners_.emplace_back(id, std::move(listener));
+  return id;
+}
+
+void Device::RemoveListener(int id) {
+  std::lock_guard lock(mu_);
+  std::erase_if(listeners_, [id](const auto& l) { return l.first == id; });
+}
+
+void Device::Raise(const AsyncEvent& event) {
+  // Copy so that listeners run without mu_ (they take their own locks).
+  std::vector<Listener> targets;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& l : listeners_) targets.push_back(l.second);
+  }
+  for (const auto& t : targets) t(event);
+}
+
+Registry& Registry::Get() {
+  static Registry* registry = new Registry();  // never destroyed: used from atexit paths
+  return *registry;
+}
+
+uint64_t Registry::GuidFor(const std::string& name, int index) {
+  // Locally administered EUI-64 built from the process id and device index:
+  // two processes are two hosts here, so they must not share a node GUID.
+  uint64_t pid = static_cast<uint64_t>(::getpid()) & 0xffffff;
+  uint64_t h = 0;
+  for (char c : name) h = h * 131 + static_cast<unsigned char>(c);
+  return (uint64_t{0x02} << 56) | (uint64_t{0x5e} << 48) | ((h & 0xff) << 40) |
+         (uint64_t{0xfe} << 32) | (pid << 8) | (static_cast<uint64_t>(index) & 0xff);
+}
+
+Result<const Config*> Registry::config() {
+  std::lock_guard lock(mu_);
+  if (!loaded_) {
+    config_ = LoadConfigFromEnvironment();
+    loaded_ = true;
+    if (!config_.ok()) Log().error("configuration: {}", config_.status().message());
+    else open_.resize(config_->devices.size());
+  }
+  if (!config_.ok()) return config_.status();
+  return &config_.value();
+}
+
+Result<std::shared_ptr<Device>> Registry::Acquire(int index) {
+  auto cfg = config();
+  if (!cfg.ok()) return cfg.status();
+  std::lock_guard lock(mu_);
+  if (index < 0 || index >= static_cast<int>(open_.size())) {
+    return InvalidArgument(fmt::format("no device with index {}", index));
+  }
+  if (auto existing = open_[index].lock()) return existing;
+  auto dev = Device::Open((*cfg)->devices[index], index);
+  if (!dev.ok()) return dev.status();
+  open_[index] = *dev;
+  return dev;
+}
+
+}  // namespace rdmaemu::device

@@ -1,0 +1,143 @@
+// Device: one emulated RDMA device as one process sees it.
+//
+// All contexts a process opens on a device share one Device (and so one UDP
+// socket and, later, one engine thread). Devices are found through the
+// Registry, which keeps a Device alive while any context holds it.
+//
+// Thread safety: identity and configuration are constant after Open; port
+// state and the GID table are guarded by mu_ (the control plane changes them
+// while the application queries them).
+#pragma once
+
+#include <netinet/in.h>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "emulator/base/status.h"
+#include "emulator/device/config.h"
+
+namespace rdmaemu::device {
+
+struct Gid {
+  std::array<uint8_t, 16> raw{};
+  bool empty() const;
+  static Gid FromIpv4(in_addr address);  // ::ffff:a.b.c.d
+  bool operator==(const Gid&) const = default;
+};
+
+enum class PortState : uint8_t { kDown = 1, kInit = 2, kArmed = 3, kActive = 4 };
+
+// Async event types with the IBTA / libibverbs numbering, so the provider
+// hands them on unchanged.
+enum class AsyncEventType : uint8_t {
+  kCqErr = 0, kQpFatal = 1, kQpReqErr = 2, kQpAccessErr = 3, kCommEst = 4,
+  kSqDrained = 5, kPathMig = 6, kPathMigErr = 7, kDeviceFatal = 8,
+  kPortActive = 9, kPortErr = 10, kLidChange = 11, kPkeyChange = 12,
+  kSmChange = 13, kSrqErr = 14, kSrqLimitReached = 15, kQpLastWqeReached = 16,
+  kClientReregister = 17, kGidChange = 18, kWqFatal = 19, kDeviceSpeedChange = 20,
+};
+
+// An event for an object carries the handle its creator gave it (the
+// provider's pointer, as the kernel's user_handle); a port or device event
+// carries the port number (0 for the device).
+struct AsyncEvent {
+  AsyncEventType type;
+  uint64_t handle = 0;
+  uint8_t port = 0;
+};
+
+struct PortAttr {
+  PortState state = PortState::kActive;
+  LinkLayer link_layer = LinkLayer::kEthernet;
+  uint32_t max_mtu = 4096;
+  uint32_t active_mtu = 4096;
+  uint8_t width = 2;
+  uint8_t speed = 32;
+  uint16_t lid = 0;
+  uint16_t sm_lid = 0;
+  uint32_t bad_pkey_count = 0;
+  uint32_t qkey_violation_count = 0;
+};
+
+class Device {
+ public:
+  // Opens the device: binds each port's UDP socket. `index` is the device's
+  // position in the configuration.
+  static Result<std::shared_ptr<Device>> Open(const DeviceConfig& config, int index);
+  ~Device();
+
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  const std::string& name() const { return config_.name; }
+  int index() const { return index_; }
+  uint64_t node_guid() const { return node_guid_; }  // host order
+  int num_ports() const { return static_cast<int>(config_.ports.size()); }
+  bool ValidPort(int port) const { return port >= 1 && port <= num_ports(); }
+
+  // The address a port's socket is bound to (network order inside in_addr).
+  sockaddr_in PortAddress(int port) const;
+
+  PortAttr QueryPort(int port) const;
+  // ENODATA for an empty entry, EINVAL for a bad port or index.
+  Result<Gid> QueryGid(int port, int index) const;
+  // Index of a GID in the port's table, or ENOENT.
+  Result<int> FindGid(int port, const Gid& gid) const;
+
+  // Async events go to every registered listener (the provider registers one
+  // per open context). Returns an id for RemoveListener.
+  using Listener = std::function<void(const AsyncEvent&)>;
+  int AddListener(Listener listener);
+  void RemoveListener(int id);
+  void Raise(const AsyncEvent& event);
+
+  // Socket fd of a port, for the engine.
+  int PortSocket(int port) const;
+
+ private:
+  struct Port {
+    PortAttr attr;
+    std::array<Gid, 16> gids{};
+    int fd = -1;
+    sockaddr_in bound{};
+  };
+
+  Device(DeviceConfig config, int index);
+
+  const DeviceConfig config_;
+  const int index_;
+  const uint64_t node_guid_;
+
+  mutable std::mutex mu_;
+  std::vector<Port> ports_;  // guarded by mu_ (attr, gids); fd/bound constant after Open
+  std::vector<std::pair<int, Listener>> listeners_;  // guarded by mu_
+  int next_listener_id_ = 1;
+};
+
+// The devices of this process: the configuration, read once, and the Device
+// each open entry is shared through.
+class Registry {
+ public:
+  static Registry& Get();
+
+  // The configuration; an invalid one is an error every caller reports.
+  Result<const Config*> config();
+  // Node GUID of a configured device, known before it is opened.
+  static uint64_t GuidFor(const std::string& name, int index);
+  // Opens (or shares) configured device `index`.
+  Result<std::shared_ptr<Device>> Acquire(int index);
+
+ private:
+  std::mutex mu_;
+  bool loaded_ = false;
+  Result<Config> config_ = Config{};
+  std::vector<std::weak_ptr<Device>> open_;
+};
+
+}  // namespace rdmaemu::device

@@ -1,0 +1,92 @@
+#include "emulator/objects/cq.h"
+
+#include <fmt/format.h>
+
+namespace rdmaemu::objects {
+
+Cq::Cq(uint32_t capacity, Notifier notifier)
+    : ring_(capacity), notifier_(std::move(notifier)) {}
+
+uint32_t Cq::capacity() const {
+  std::lock_guard lock(mu_);
+  return static_cast<uint32_t>(ring_.size());
+}
+
+bool Cq::Push(const Cqe& cqe) {
+  bool notify = false;
+  {
+    std::lock_guard lock(mu_);
+    if (overrun_ || tail_ - head_ == ring_.size()) {
+      overrun_ = true;
+      return false;
+    }
+    ring_[tail_ % ring_.size()] = cqe;
+    ++tail_;
+    if (arm_ == ArmState::kNextCompletion ||
+        (arm_ == ArmState::kSolicited && (cqe.solicited || cqe.status != WcStatus::kSuccess))) {
+      arm_ = ArmState::kDisarmed;
+      notify = true;
+    }
+  }
+  if (notify && notifier_) notifier_();
+  return true;
+}
+
+int Cq::Poll(int max, Cqe* out) {
+  std::lock_guard lock(mu_);
+  int n = 0;
+  while (n < max && head_ != tail_) {
+    out[n++] = ring_[head_ % ring_.size()];
+    ++head_;
+  }
+  return n;
+}
+
+bool Cq::Peek(Cqe* out) {
+  std::lock_guard lock(mu_);
+  if (head_ == tail_) return false;
+  *out = ring_[head_ % ring_.size()];
+  return true;
+}
+
+void Cq::Pop() {
+  std::lock_guard lock(mu_);
+  if (head_ != tail_) ++head_;
+}
+
+void Cq::Arm(bool solicited_only) {
+  std::lock_guard lock(mu_);
+  // Arming for "next completion" upgrades a solicited-only arm, never the reverse.
+  if (!solicited_only) {
+    arm_ = ArmState::kNextCompletion;
+  } else if (arm_ == ArmState::kDisarmed) {
+    arm_ = ArmState::kSolicited;
+  }
+}
+
+Status Cq::Resize(uint32_t new_capacity) {
+  std::lock_guard lock(mu_);
+  uint64_t queued = tail_ - head_;
+  if (new_capacity < queued) {
+    return InvalidArgument(fmt::format("cannot resize to {} CQEs: {} completions are still queued",
+                                       new_capacity, queued));
+  }
+  std::vector<Cqe> fresh(new_capacity);
+  for (uint64_t i = 0; i < queued; ++i) fresh[i] = ring_[(head_ + i) % ring_.size()];
+  ring_ = std::move(fresh);
+  head_ = 0;
+  tail_ = queued;
+  return Status::Ok();
+}
+
+bool Cq::overrun() const {
+  std::lock_guard lock(mu_);
+  return overrun_;
+}
+
+size_t Cq::depth() const {
+  std::lock_guard lock(mu_);
+  return tail_ - head_;
+}
+
+}  // namespace rdmaemu::objects

@@ -1,0 +1,93 @@
+// Completion queue: the ring the device writes completions into and the
+// application polls, with one-shot arming for completion events.
+//
+// Thread safety: the engine thread pushes, application threads poll, arm
+// and resize; all under mu_ (uncontended in the common case, and never a
+// system call). The notifier runs after mu_ is released, so an event is
+// never delivered before its completion is visible to Poll.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "emulator/base/status.h"
+
+namespace rdmaemu::objects {
+
+// Numbered as libibverbs numbers enum ibv_wc_status and enum ibv_wc_opcode.
+enum class WcStatus : uint8_t {
+  kSuccess = 0, kLocLenErr, kLocQpOpErr, kLocEecOpErr, kLocProtErr, kWrFlushErr,
+  kMwBindErr, kBadRespErr, kLocAccessErr, kRemInvReqErr, kRemAccessErr, kRemOpErr,
+  kRetryExcErr, kRnrRetryExcErr, kLocRddViolErr, kRemInvRdReqErr, kRemAbortErr,
+  kInvEecnErr, kInvEecStateErr, kFatalErr, kRespTimeoutErr, kGeneralErr,
+};
+
+enum class WcOpcode : uint8_t {
+  kSend = 0, kRdmaWrite = 1, kRdmaRead = 2, kCompSwap = 3, kFetchAdd = 4, kBindMw = 5,
+  kLocalInv = 6, kTso = 7, kAtomicWrite = 9,
+  kRecv = 128, kRecvRdmaWithImm = 129,
+};
+
+// Flags as libibverbs' IBV_WC_GRH / IBV_WC_WITH_IMM / IBV_WC_WITH_INV.
+enum WcFlags : uint32_t { kWcGrh = 1, kWcWithImm = 2, kWcIpCsumOk = 4, kWcWithInv = 8 };
+
+struct Cqe {
+  uint64_t wr_id = 0;
+  WcStatus status = WcStatus::kSuccess;
+  WcOpcode opcode = WcOpcode::kSend;
+  uint32_t vendor_err = 0;
+  uint32_t byte_len = 0;
+  uint32_t imm_data = 0;  // network byte order, as in ibv_wc; or the invalidated rkey (host order)
+  uint32_t qp_num = 0;
+  uint32_t src_qp = 0;
+  uint32_t wc_flags = 0;
+  uint16_t pkey_index = 0;
+  uint16_t slid = 0;
+  uint8_t sl = 0;
+  uint8_t dlid_path_bits = 0;
+  bool solicited = false;
+  uint64_t timestamp_ns = 0;  // completion time (CLOCK_MONOTONIC)
+};
+
+class Cq {
+ public:
+  using Notifier = std::function<void()>;
+
+  // `capacity` CQEs fit; the caller validated the range.
+  Cq(uint32_t capacity, Notifier notifier);
+
+  uint32_t capacity() const;
+
+  // Engine side. False when the CQ is full: the CQE is lost, the CQ is in
+  // error (overrun) and the caller raises CQ_ERR.
+  bool Push(const Cqe& cqe);
+
+  // Application side. Returns how many CQEs were copied into out.
+  int Poll(int max, Cqe* out);
+  // Looks at the oldest CQE without taking it (for the extended poll API).
+  bool Peek(Cqe* out);
+  void Pop();
+
+  // One-shot: the next completion (or the next solicited one) notifies.
+  void Arm(bool solicited_only);
+  // Fails with EINVAL when the CQEs already queued would not fit.
+  Status Resize(uint32_t new_capacity);
+
+  bool overrun() const;
+  size_t depth() const;
+
+ private:
+  enum class ArmState { kDisarmed, kNextCompletion, kSolicited };
+
+  mutable std::mutex mu_;
+  std::vector<Cqe> ring_;  // guarded by mu_
+  uint64_t head_ = 0;      // guarded by mu_; next to poll
+  uint64_t tail_ = 0;      // guarded by mu_; next to fill
+  ArmState arm_ = ArmState::kDisarmed;  // guarded by mu_
+  bool overrun_ = false;                // guarded by mu_
+  const Notifier notifier_;
+};
+
+}  // namespace rdmaemu::objects

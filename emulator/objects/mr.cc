@@ -1,0 +1,133 @@
+#include "emulator/objects/mr.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "emulator/device/attributes.h"
+
+namespace rdmaemu::objects {
+namespace {
+
+constexpr uint32_t kKnownAccess = kLocalWrite | kRemoteWrite | kRemoteRead | kRemoteAtomic |
+                                  kMwBind | kZeroBased | kOnDemand | kHugetlb | kRelaxedOrdering;
+
+// Hardware pins the pages at registration and fails with EFAULT when a page
+// is not mapped; mincore() tells us the same without touching the memory.
+Status CheckMapped(void* addr, uint64_t length) {
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  uint64_t start = reinterpret_cast<uintptr_t>(addr) & ~(page - 1);
+  uint64_t end = reinterpret_cast<uintptr_t>(addr) + length;
+  std::vector<unsigned char> vec(4096);
+  for (uint64_t at = start; at < end;) {
+    uint64_t chunk = std::min<uint64_t>(end - at, vec.size() * page);
+    if (::mincore(reinterpret_cast<void*>(at), chunk, vec.data()) != 0) {
+      return Status::Error(EFAULT, fmt::format("memory [{:#x}, {:#x}) is not mapped in this process",
+                                               reinterpret_cast<uintptr_t>(addr),
+                                               reinterpret_cast<uintptr_t>(addr) + length));
+    }
+    at += chunk;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool Mr::Contains(uint64_t start, uint64_t len) const {
+  if (start < iova) return false;
+  uint64_t offset = start - iova;
+  return offset <= length && len <= length - offset;
+}
+
+Status MrTable::CheckAccess(uint32_t access) {
+  if (access & ~kKnownAccess) {
+    return InvalidArgument(fmt::format("unknown access flags {:#x}", access & ~kKnownAccess));
+  }
+  if ((access & (kRemoteWrite | kRemoteAtomic)) && !(access & kLocalWrite)) {
+    return InvalidArgument(
+        "IBV_ACCESS_REMOTE_WRITE and IBV_ACCESS_REMOTE_ATOMIC require IBV_ACCESS_LOCAL_WRITE");
+  }
+  if (access & kOnDemand) return NotSupported("on-demand paging (IBV_ACCESS_ON_DEMAND) is not supported");
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<const Mr>> MrTable::Register(uint32_t pd, void* addr, uint64_t length,
+                                                    uint64_t iova, uint32_t access) {
+  if (Status s = CheckAccess(access); !s.ok()) return s;
+  if (length == 0) return InvalidArgument("a memory region must have a non-zero length");
+  if (addr == nullptr) return Status::Error(EFAULT, "a memory region cannot start at address NULL");
+  if (iova + length < iova) return InvalidArgument("iova + length overflows");
+  if (Status s = CheckMapped(addr, length); !s.ok()) return s;
+
+  auto mr = std::make_shared<Mr>();
+  mr->pd = pd;
+  mr->addr = static_cast<uint8_t*>(addr);
+  mr->length = length;
+  mr->iova = (access & kZeroBased) ? 0 : iova;
+  mr->access = access;
+
+  std::unique_lock lock(mu_);
+  if (live_ >= static_cast<size_t>(device::kMaxMr)) {
+    return NoMemory(fmt::format("the device's {} memory regions are all in use", device::kMaxMr));
+  }
+  uint32_t index;
+  if (!free_.empty()) {
+    index = free_.back();
+    free_.pop_back();
+  } else {
+    index = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+    generation_.push_back(0);
+  }
+  uint8_t gen = static_cast<uint8_t>(generation_[index] + 1);
+  generation_[index] = gen;
+  mr->lkey = mr->rkey = ((index + 1) << 8) | gen;
+  slots_[index] = mr;
+  ++live_;
+  return std::shared_ptr<const Mr>(mr);
+}
+
+Result<std::shared_ptr<const Mr>> MrTable::Reregister(uint32_t lkey, uint32_t pd, void* addr,
+                                                      uint64_t length, uint64_t iova,
+                                                      uint32_t access) {
+  auto old = FindByLkey(lkey);
+  if (!old) return InvalidArgument(fmt::format("no memory region with lkey {:#x}", lkey));
+  auto fresh = Register(pd, addr, length, iova, access);
+  if (!fresh.ok()) return fresh;
+  (void)Deregister(lkey);
+  return fresh;
+}
+
+Status MrTable::Deregister(uint32_t lkey) {
+  std::unique_lock lock(mu_);
+  uint32_t index = (lkey >> 8) - 1;
+  if ((lkey >> 8) == 0 || index >= slots_.size() || !slots_[index] || slots_[index]->lkey != lkey) {
+    return InvalidArgument(fmt::format("no memory region with lkey {:#x}", lkey));
+  }
+  slots_[index].reset();
+  free_.push_back(index);
+  --live_;
+  return Status::Ok();
+}
+
+std::shared_ptr<const Mr> MrTable::Find(uint32_t key) const {
+  std::shared_lock lock(mu_);
+  uint32_t index = (key >> 8) - 1;
+  if ((key >> 8) == 0 || index >= slots_.size()) return nullptr;
+  const auto& mr = slots_[index];
+  if (!mr || mr->lkey != key) return nullptr;
+  return mr;
+}
+
+std::shared_ptr<const Mr> MrTable::FindByLkey(uint32_t lkey) const { return Find(lkey); }
+std::shared_ptr<const Mr> MrTable::FindByRkey(uint32_t rkey) const { return Find(rkey); }
+
+size_t MrTable::size() const {
+  std::shared_lock lock(mu_);
+  return live_;
+}
+
+}  // namespace rdmaemu::objects

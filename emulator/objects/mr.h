@@ -1,0 +1,77 @@
+// Memory regions: registered application memory, its keys and access rights.
+//
+// A region is the only way the device touches application memory: every
+// local gather/scatter and every remote read, write or atomic is checked
+// against one (key, PD, bounds, rights) before a byte moves.
+//
+// Thread safety: an Mr is immutable once published; the table is guarded by
+// a shared mutex (lookups on the data path take it shared).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <shared_mutex>
+#include <vector>
+
+#include "emulator/base/status.h"
+
+namespace rdmaemu::objects {
+
+// Access rights, numbered as the IBTA (and libibverbs) number them.
+enum Access : uint32_t {
+  kLocalWrite = 1u << 0,
+  kRemoteWrite = 1u << 1,
+  kRemoteRead = 1u << 2,
+  kRemoteAtomic = 1u << 3,
+  kMwBind = 1u << 4,
+  kZeroBased = 1u << 5,
+  kOnDemand = 1u << 6,
+  kHugetlb = 1u << 7,
+  kRelaxedOrdering = 1u << 20,
+};
+inline constexpr uint32_t kRemoteAccessMask = kRemoteWrite | kRemoteRead | kRemoteAtomic;
+
+struct Mr {
+  uint32_t lkey = 0;
+  uint32_t rkey = 0;
+  uint32_t pd = 0;      // PD handle
+  uint64_t iova = 0;    // the address the region answers to
+  uint8_t* addr = nullptr;
+  uint64_t length = 0;
+  uint32_t access = 0;
+
+  // True when [iova, iova+len) lies inside the region (overflow-safe).
+  bool Contains(uint64_t start, uint64_t len) const;
+  // Host address of an iova inside the region.
+  uint8_t* HostAddress(uint64_t at) const { return addr + (at - iova); }
+};
+
+class MrTable {
+ public:
+  // Validates like the kernel does at registration (access combination,
+  // length, mapped memory) and publishes the region with fresh keys.
+  Result<std::shared_ptr<const Mr>> Register(uint32_t pd, void* addr, uint64_t length,
+                                             uint64_t iova, uint32_t access);
+  // Replaces a region's translation, PD or rights; keys change as on hardware.
+  Result<std::shared_ptr<const Mr>> Reregister(uint32_t lkey, uint32_t pd, void* addr,
+                                               uint64_t length, uint64_t iova, uint32_t access);
+  Status Deregister(uint32_t lkey);
+
+  std::shared_ptr<const Mr> FindByLkey(uint32_t lkey) const;
+  std::shared_ptr<const Mr> FindByRkey(uint32_t rkey) const;
+  size_t size() const;
+
+  // Checks the access rights combination alone (shared with memory windows).
+  static Status CheckAccess(uint32_t access);
+
+ private:
+  std::shared_ptr<const Mr> Find(uint32_t key) const;
+
+  mutable std::shared_mutex mu_;
+  std::vector<std::shared_ptr<const Mr>> slots_;  // guarded by mu_; index = key >> 8
+  std::vector<uint8_t> generation_;                // guarded by mu_; key & 0xff
+  std::vector<uint32_t> free_;                     // guarded by mu_
+  size_t live_ = 0;                                // guarded by mu_
+};
+
+}  // namespace rdmaemu::objects

@@ -1,0 +1,43 @@
+#include "emulator/wire/opcode.h"
+
+#include <cstdio>
+
+namespace rdmaemu::wire {
+
+// Lengths from IBA 9.2 table 39 (and rxe_opcode.c), checked against the
+// computed layout so that a wrong header bit in the table does not compile.
+static_assert(InfoOf(Opcode::RC_SEND_FIRST).length == 12);
+static_assert(InfoOf(Opcode::RC_SEND_ONLY_WITH_IMMEDIATE).length == 16);
+static_assert(InfoOf(Opcode::RC_RDMA_WRITE_FIRST).length == 28);
+static_assert(InfoOf(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE).length == 32);
+static_assert(InfoOf(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE).OffsetOf(ExtHeader::kImmDt) == 28);
+static_assert(InfoOf(Opcode::RC_RDMA_READ_REQUEST).length == 28);
+static_assert(InfoOf(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE).length == 12);
+static_assert(InfoOf(Opcode::RC_RDMA_READ_RESPONSE_ONLY).length == 16);
+static_assert(InfoOf(Opcode::RC_ACKNOWLEDGE).length == 16);
+static_assert(InfoOf(Opcode::RC_ATOMIC_ACKNOWLEDGE).length == 24);
+static_assert(InfoOf(Opcode::RC_ATOMIC_ACKNOWLEDGE).OffsetOf(ExtHeader::kAtomicAckEth) == 16);
+static_assert(InfoOf(Opcode::RC_COMPARE_SWAP).length == 40);
+static_assert(InfoOf(Opcode::RC_SEND_ONLY_WITH_INVALIDATE).length == 16);
+static_assert(InfoOf(Opcode::UD_SEND_ONLY).length == 20);
+static_assert(InfoOf(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE).length == 24);
+static_assert(InfoOf(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE).OffsetOf(ExtHeader::kImmDt) == 20);
+static_assert(FindOpcode(0x15) == nullptr && FindOpcode(0x81) == nullptr);
+
+std::string_view ToString(Transport t) {
+  switch (t) {
+    case Transport::kRc: return "RC";
+    case Transport::kUc: return "UC";
+    case Transport::kUd: return "UD";
+  }
+  return "?";
+}
+
+std::string OpcodeName(uint8_t opcode) {
+  if (const OpcodeInfo* info = FindOpcode(opcode)) return std::string(info->name);
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "opcode 0x%02x", opcode);
+  return buf;
+}
+
+}  // namespace rdmaemu::wire
