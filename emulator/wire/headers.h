@@ -36,9 +36,7 @@ class HeaderView {
   static constexpr size_t kBytes = kSize;
   static constexpr bool kMutable = !std::is_const_v<Byte>;
 
-  explicit HeaderView(std::span<Byte> bytes) : p_(bytes.data()) {
-    assert(bytes.size() >= kSize);
-  }
+  explicit HeaderView(std::span<Byte> bytes) : p_(bytes.data()) { assert(bytes.size() >= kSize); }
   std::span<Byte, kSize> bytes() const { return std::span<Byte, kSize>(p_, kSize); }
 
  protected:
@@ -50,7 +48,8 @@ class HeaderView {
 //   4: FECN(7) BECN(6) resv6 | 5-7: DestQP | 8: AckReq(7) resv7 | 9-11: PSN
 template <typename Byte>
 class BthViewT : public HeaderView<Byte, kBthBytes> {
-  using HeaderView<Byte, kBthBytes>::p_;
+  using Base = HeaderView<Byte, kBthBytes>;
+  using Base::p_;
 
  public:
   static constexpr uint8_t kSolicitedBit = 0x80;
@@ -62,7 +61,7 @@ class BthViewT : public HeaderView<Byte, kBthBytes> {
   static constexpr uint8_t kBecnBit = 0x40;
   static constexpr uint8_t kAckReqBit = 0x80;
 
-  using HeaderView<Byte, kBthBytes>::HeaderView;
+  using Base::Base;
 
   uint8_t opcode() const { return p_[0]; }
   bool solicited() const { return p_[1] & kSolicitedBit; }
@@ -76,41 +75,30 @@ class BthViewT : public HeaderView<Byte, kBthBytes> {
   bool ack_req() const { return p_[8] & kAckReqBit; }
   uint32_t psn() const { return LoadBe24(p_ + 9); }
 
-  void set_opcode(uint8_t v) requires(HeaderView<Byte, kBthBytes>::kMutable) { p_[0] = v; }
-  void set_opcode(Opcode v) requires(HeaderView<Byte, kBthBytes>::kMutable) {
-    p_[0] = static_cast<uint8_t>(v);
-  }
-  void set_solicited(bool v) requires(HeaderView<Byte, kBthBytes>::kMutable) {
-    SetBit(1, kSolicitedBit, v);
-  }
-  void set_migreq(bool v) requires(HeaderView<Byte, kBthBytes>::kMutable) {
-    SetBit(1, kMigReqBit, v);
-  }
+  void set_opcode(uint8_t v) requires(Base::kMutable) { p_[0] = v; }
+  void set_opcode(Opcode v) requires(Base::kMutable) { p_[0] = static_cast<uint8_t>(v); }
+  void set_solicited(bool v) requires(Base::kMutable) { SetBit(1, kSolicitedBit, v); }
+  void set_migreq(bool v) requires(Base::kMutable) { SetBit(1, kMigReqBit, v); }
   // Keeps the low 2 bits of `v`.
-  void set_pad_count(uint8_t v) requires(HeaderView<Byte, kBthBytes>::kMutable) {
-    p_[1] = static_cast<uint8_t>((p_[1] & ~kPadCountMask) | ((v << kPadCountShift) & kPadCountMask));
+  void set_pad_count(uint8_t v) requires(Base::kMutable) {
+    p_[1] =
+        static_cast<uint8_t>((p_[1] & ~kPadCountMask) | ((v << kPadCountShift) & kPadCountMask));
   }
   // Keeps the low 4 bits of `v`.
-  void set_tver(uint8_t v) requires(HeaderView<Byte, kBthBytes>::kMutable) {
+  void set_tver(uint8_t v) requires(Base::kMutable) {
     p_[1] = static_cast<uint8_t>((p_[1] & ~kTVerMask) | (v & kTVerMask));
   }
-  void set_pkey(uint16_t v) requires(HeaderView<Byte, kBthBytes>::kMutable) { StoreBe16(p_ + 2, v); }
-  void set_fecn(bool v) requires(HeaderView<Byte, kBthBytes>::kMutable) { SetBit(4, kFecnBit, v); }
-  void set_becn(bool v) requires(HeaderView<Byte, kBthBytes>::kMutable) { SetBit(4, kBecnBit, v); }
+  void set_pkey(uint16_t v) requires(Base::kMutable) { StoreBe16(p_ + 2, v); }
+  void set_fecn(bool v) requires(Base::kMutable) { SetBit(4, kFecnBit, v); }
+  void set_becn(bool v) requires(Base::kMutable) { SetBit(4, kBecnBit, v); }
   // Keeps the low 24 bits of `v`.
-  void set_dest_qpn(uint32_t v) requires(HeaderView<Byte, kBthBytes>::kMutable) {
-    StoreBe24(p_ + 5, v & k24BitMask);
-  }
-  void set_ack_req(bool v) requires(HeaderView<Byte, kBthBytes>::kMutable) {
-    SetBit(8, kAckReqBit, v);
-  }
+  void set_dest_qpn(uint32_t v) requires(Base::kMutable) { StoreBe24(p_ + 5, v & k24BitMask); }
+  void set_ack_req(bool v) requires(Base::kMutable) { SetBit(8, kAckReqBit, v); }
   // Keeps the low 24 bits of `v`.
-  void set_psn(uint32_t v) requires(HeaderView<Byte, kBthBytes>::kMutable) {
-    StoreBe24(p_ + 9, v & k24BitMask);
-  }
+  void set_psn(uint32_t v) requires(Base::kMutable) { StoreBe24(p_ + 9, v & k24BitMask); }
 
  private:
-  void SetBit(size_t byte, uint8_t bit, bool on) requires(HeaderView<Byte, kBthBytes>::kMutable) {
+  void SetBit(size_t byte, uint8_t bit, bool on) requires(Base::kMutable) {
     p_[byte] = static_cast<uint8_t>(on ? (p_[byte] | bit) : (p_[byte] & ~bit));
   }
 };
@@ -122,7 +110,7 @@ class RethViewT : public HeaderView<Byte, kRethBytes> {
   using Base::p_;
 
  public:
-  using Base::HeaderView;
+  using Base::Base;
   uint64_t va() const { return LoadBe64(p_); }
   uint32_t rkey() const { return LoadBe32(p_ + 8); }
   uint32_t dma_length() const { return LoadBe32(p_ + 12); }
@@ -201,7 +189,7 @@ class AethViewT : public HeaderView<Byte, kAethBytes> {
   using Base::p_;
 
  public:
-  using Base::HeaderView;
+  using Base::Base;
   uint8_t syndrome() const { return p_[0]; }
   uint32_t msn() const { return LoadBe24(p_ + 1); }
   AethType type() const { return SyndromeType(syndrome()); }
@@ -220,7 +208,7 @@ class AtomicEthViewT : public HeaderView<Byte, kAtomicEthBytes> {
   using Base::p_;
 
  public:
-  using Base::HeaderView;
+  using Base::Base;
   uint64_t va() const { return LoadBe64(p_); }
   uint32_t rkey() const { return LoadBe32(p_ + 8); }
   uint64_t swap_add() const { return LoadBe64(p_ + 12); }
@@ -238,7 +226,7 @@ class AtomicAckEthViewT : public HeaderView<Byte, kAtomicAckEthBytes> {
   using Base::p_;
 
  public:
-  using Base::HeaderView;
+  using Base::Base;
   uint64_t orig_data() const { return LoadBe64(p_); }
   void set_orig_data(uint64_t v) requires(Base::kMutable) { StoreBe64(p_, v); }
 };
@@ -250,7 +238,7 @@ class DethViewT : public HeaderView<Byte, kDethBytes> {
   using Base::p_;
 
  public:
-  using Base::HeaderView;
+  using Base::Base;
   uint32_t qkey() const { return LoadBe32(p_); }
   uint32_t src_qpn() const { return LoadBe24(p_ + 5); }
   void set_qkey(uint32_t v) requires(Base::kMutable) { StoreBe32(p_, v); }
@@ -270,7 +258,7 @@ class ImmDtViewT : public HeaderView<Byte, kImmDtBytes> {
   using Base::p_;
 
  public:
-  using Base::HeaderView;
+  using Base::Base;
   uint32_t imm() const { return LoadBe32(p_); }
   void set_imm(uint32_t v) requires(Base::kMutable) { StoreBe32(p_, v); }
 };
@@ -282,7 +270,7 @@ class IethViewT : public HeaderView<Byte, kIethBytes> {
   using Base::p_;
 
  public:
-  using Base::HeaderView;
+  using Base::Base;
   uint32_t rkey() const { return LoadBe32(p_); }
   void set_rkey(uint32_t v) requires(Base::kMutable) { StoreBe32(p_, v); }
 };

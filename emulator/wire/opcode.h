@@ -59,20 +59,20 @@ inline constexpr uint32_t kIethMask = MaskOf(ExtHeader::kIeth);
 inline constexpr uint32_t kAllHeaderMasks = (1u << kExtHeaderCount) - 1;
 
 // Property bits: what kind of packet this is.
-inline constexpr uint32_t kRequestMask = 1u << 8;    // requester -> responder
-inline constexpr uint32_t kResponseMask = 1u << 9;   // responder -> requester
-inline constexpr uint32_t kFirstMask = 1u << 10;     // starts a message
-inline constexpr uint32_t kMiddleMask = 1u << 11;    // neither starts nor ends one
-inline constexpr uint32_t kLastMask = 1u << 12;      // ends a message
-inline constexpr uint32_t kPayloadMask = 1u << 13;   // may carry payload (and pad)
+inline constexpr uint32_t kRequestMask = 1u << 8;   // requester -> responder
+inline constexpr uint32_t kResponseMask = 1u << 9;  // responder -> requester
+inline constexpr uint32_t kFirstMask = 1u << 10;    // starts a message
+inline constexpr uint32_t kMiddleMask = 1u << 11;   // neither starts nor ends one
+inline constexpr uint32_t kLastMask = 1u << 12;     // ends a message
+inline constexpr uint32_t kPayloadMask = 1u << 13;  // may carry payload (and pad)
 inline constexpr uint32_t kSendMask = 1u << 14;
 inline constexpr uint32_t kWriteMask = 1u << 15;
-inline constexpr uint32_t kReadMask = 1u << 16;      // read request and read responses
-inline constexpr uint32_t kAtomicMask = 1u << 17;    // atomic requests and atomic ack
-inline constexpr uint32_t kAckMask = 1u << 18;       // ACKNOWLEDGE, ATOMIC ACKNOWLEDGE
-inline constexpr uint32_t kImmMask = 1u << 19;       // carries immediate data
+inline constexpr uint32_t kReadMask = 1u << 16;        // read request and read responses
+inline constexpr uint32_t kAtomicMask = 1u << 17;      // atomic requests and atomic ack
+inline constexpr uint32_t kAckMask = 1u << 18;         // ACKNOWLEDGE, ATOMIC ACKNOWLEDGE
+inline constexpr uint32_t kImmMask = 1u << 19;         // carries immediate data
 inline constexpr uint32_t kInvalidateMask = 1u << 20;  // carries an rkey to invalidate
-inline constexpr uint32_t kRecvWqeMask = 1u << 21;   // consumes a receive WQE at the responder
+inline constexpr uint32_t kRecvWqeMask = 1u << 21;     // consumes a receive WQE at the responder
 // A single-packet message both starts and ends it: Has(kOnlyMask) needs both
 // bits, Has(kFirstMask) is true for FIRST and ONLY, Has(kLastMask) for LAST and ONLY.
 inline constexpr uint32_t kOnlyMask = kFirstMask | kLastMask;
@@ -88,51 +88,51 @@ inline constexpr uint32_t kReadResponseFamily = kResponseMask | kReadMask | kPay
 // Every opcode spoken, once: X(NAME, byte, transport, headers | properties).
 // NAME is the IBA name with the transport prefix; it becomes both the enum
 // value and the string ToString() returns. Expand it inside rdmaemu::wire.
-#define RDMAEMU_WIRE_OPCODES(X)                                                        \
-  X(RC_SEND_FIRST, 0x00, kRc, kSendFamily | kFirstMask)                              \
-  X(RC_SEND_MIDDLE, 0x01, kRc, kSendFamily | kMiddleMask)                            \
-  X(RC_SEND_LAST, 0x02, kRc, kSendFamily | kLastMask)                                \
+#define RDMAEMU_WIRE_OPCODES(X)                                                              \
+  X(RC_SEND_FIRST, 0x00, kRc, kSendFamily | kFirstMask)                                      \
+  X(RC_SEND_MIDDLE, 0x01, kRc, kSendFamily | kMiddleMask)                                    \
+  X(RC_SEND_LAST, 0x02, kRc, kSendFamily | kLastMask)                                        \
   X(RC_SEND_LAST_WITH_IMMEDIATE, 0x03, kRc, kSendFamily | kLastMask | kImmDtMask | kImmMask) \
-  X(RC_SEND_ONLY, 0x04, kRc, kSendFamily | kOnlyMask)                                \
+  X(RC_SEND_ONLY, 0x04, kRc, kSendFamily | kOnlyMask)                                        \
   X(RC_SEND_ONLY_WITH_IMMEDIATE, 0x05, kRc, kSendFamily | kOnlyMask | kImmDtMask | kImmMask) \
-  X(RC_RDMA_WRITE_FIRST, 0x06, kRc, kWriteFamily | kFirstMask | kRethMask)           \
-  X(RC_RDMA_WRITE_MIDDLE, 0x07, kRc, kWriteFamily | kMiddleMask)                     \
-  X(RC_RDMA_WRITE_LAST, 0x08, kRc, kWriteFamily | kLastMask)                         \
-  X(RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, 0x09, kRc,                                      \
-    kWriteFamily | kLastMask | kImmDtMask | kImmMask | kRecvWqeMask)                 \
-  X(RC_RDMA_WRITE_ONLY, 0x0a, kRc, kWriteFamily | kOnlyMask | kRethMask)             \
-  X(RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, 0x0b, kRc,                                      \
-    kWriteFamily | kOnlyMask | kRethMask | kImmDtMask | kImmMask | kRecvWqeMask)     \
-  X(RC_RDMA_READ_REQUEST, 0x0c, kRc, kRequestMask | kReadMask | kOnlyMask | kRethMask) \
-  X(RC_RDMA_READ_RESPONSE_FIRST, 0x0d, kRc, kReadResponseFamily | kFirstMask | kAethMask) \
-  X(RC_RDMA_READ_RESPONSE_MIDDLE, 0x0e, kRc, kReadResponseFamily | kMiddleMask)         \
-  X(RC_RDMA_READ_RESPONSE_LAST, 0x0f, kRc, kReadResponseFamily | kLastMask | kAethMask) \
-  X(RC_RDMA_READ_RESPONSE_ONLY, 0x10, kRc, kReadResponseFamily | kOnlyMask | kAethMask) \
-  X(RC_ACKNOWLEDGE, 0x11, kRc, kResponseMask | kAckMask | kOnlyMask | kAethMask)       \
-  X(RC_ATOMIC_ACKNOWLEDGE, 0x12, kRc,                                                  \
-    kResponseMask | kAckMask | kAtomicMask | kOnlyMask | kAethMask | kAtomicAckEthMask) \
-  X(RC_COMPARE_SWAP, 0x13, kRc, kRequestMask | kAtomicMask | kOnlyMask | kAtomicEthMask) \
-  X(RC_FETCH_ADD, 0x14, kRc, kRequestMask | kAtomicMask | kOnlyMask | kAtomicEthMask)  \
-  X(RC_SEND_LAST_WITH_INVALIDATE, 0x16, kRc,                                           \
-    kSendFamily | kLastMask | kIethMask | kInvalidateMask)                           \
-  X(RC_SEND_ONLY_WITH_INVALIDATE, 0x17, kRc,                                           \
-    kSendFamily | kOnlyMask | kIethMask | kInvalidateMask)                           \
-  X(UC_SEND_FIRST, 0x20, kUc, kSendFamily | kFirstMask)                              \
-  X(UC_SEND_MIDDLE, 0x21, kUc, kSendFamily | kMiddleMask)                            \
-  X(UC_SEND_LAST, 0x22, kUc, kSendFamily | kLastMask)                                \
+  X(RC_RDMA_WRITE_FIRST, 0x06, kRc, kWriteFamily | kFirstMask | kRethMask)                   \
+  X(RC_RDMA_WRITE_MIDDLE, 0x07, kRc, kWriteFamily | kMiddleMask)                             \
+  X(RC_RDMA_WRITE_LAST, 0x08, kRc, kWriteFamily | kLastMask)                                 \
+  X(RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, 0x09, kRc,                                            \
+    kWriteFamily | kLastMask | kImmDtMask | kImmMask | kRecvWqeMask)                         \
+  X(RC_RDMA_WRITE_ONLY, 0x0a, kRc, kWriteFamily | kOnlyMask | kRethMask)                     \
+  X(RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, 0x0b, kRc,                                            \
+    kWriteFamily | kOnlyMask | kRethMask | kImmDtMask | kImmMask | kRecvWqeMask)             \
+  X(RC_RDMA_READ_REQUEST, 0x0c, kRc, kRequestMask | kReadMask | kOnlyMask | kRethMask)       \
+  X(RC_RDMA_READ_RESPONSE_FIRST, 0x0d, kRc, kReadResponseFamily | kFirstMask | kAethMask)    \
+  X(RC_RDMA_READ_RESPONSE_MIDDLE, 0x0e, kRc, kReadResponseFamily | kMiddleMask)              \
+  X(RC_RDMA_READ_RESPONSE_LAST, 0x0f, kRc, kReadResponseFamily | kLastMask | kAethMask)      \
+  X(RC_RDMA_READ_RESPONSE_ONLY, 0x10, kRc, kReadResponseFamily | kOnlyMask | kAethMask)      \
+  X(RC_ACKNOWLEDGE, 0x11, kRc, kResponseMask | kAckMask | kOnlyMask | kAethMask)             \
+  X(RC_ATOMIC_ACKNOWLEDGE, 0x12, kRc,                                                        \
+    kResponseMask | kAckMask | kAtomicMask | kOnlyMask | kAethMask | kAtomicAckEthMask)      \
+  X(RC_COMPARE_SWAP, 0x13, kRc, kRequestMask | kAtomicMask | kOnlyMask | kAtomicEthMask)     \
+  X(RC_FETCH_ADD, 0x14, kRc, kRequestMask | kAtomicMask | kOnlyMask | kAtomicEthMask)        \
+  X(RC_SEND_LAST_WITH_INVALIDATE, 0x16, kRc,                                                 \
+    kSendFamily | kLastMask | kIethMask | kInvalidateMask)                                   \
+  X(RC_SEND_ONLY_WITH_INVALIDATE, 0x17, kRc,                                                 \
+    kSendFamily | kOnlyMask | kIethMask | kInvalidateMask)                                   \
+  X(UC_SEND_FIRST, 0x20, kUc, kSendFamily | kFirstMask)                                      \
+  X(UC_SEND_MIDDLE, 0x21, kUc, kSendFamily | kMiddleMask)                                    \
+  X(UC_SEND_LAST, 0x22, kUc, kSendFamily | kLastMask)                                        \
   X(UC_SEND_LAST_WITH_IMMEDIATE, 0x23, kUc, kSendFamily | kLastMask | kImmDtMask | kImmMask) \
-  X(UC_SEND_ONLY, 0x24, kUc, kSendFamily | kOnlyMask)                                \
+  X(UC_SEND_ONLY, 0x24, kUc, kSendFamily | kOnlyMask)                                        \
   X(UC_SEND_ONLY_WITH_IMMEDIATE, 0x25, kUc, kSendFamily | kOnlyMask | kImmDtMask | kImmMask) \
-  X(UC_RDMA_WRITE_FIRST, 0x26, kUc, kWriteFamily | kFirstMask | kRethMask)           \
-  X(UC_RDMA_WRITE_MIDDLE, 0x27, kUc, kWriteFamily | kMiddleMask)                     \
-  X(UC_RDMA_WRITE_LAST, 0x28, kUc, kWriteFamily | kLastMask)                         \
-  X(UC_RDMA_WRITE_LAST_WITH_IMMEDIATE, 0x29, kUc,                                      \
-    kWriteFamily | kLastMask | kImmDtMask | kImmMask | kRecvWqeMask)                 \
-  X(UC_RDMA_WRITE_ONLY, 0x2a, kUc, kWriteFamily | kOnlyMask | kRethMask)             \
-  X(UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, 0x2b, kUc,                                      \
-    kWriteFamily | kOnlyMask | kRethMask | kImmDtMask | kImmMask | kRecvWqeMask)     \
-  X(UD_SEND_ONLY, 0x64, kUd, kSendFamily | kOnlyMask | kDethMask)                    \
-  X(UD_SEND_ONLY_WITH_IMMEDIATE, 0x65, kUd,                                            \
+  X(UC_RDMA_WRITE_FIRST, 0x26, kUc, kWriteFamily | kFirstMask | kRethMask)                   \
+  X(UC_RDMA_WRITE_MIDDLE, 0x27, kUc, kWriteFamily | kMiddleMask)                             \
+  X(UC_RDMA_WRITE_LAST, 0x28, kUc, kWriteFamily | kLastMask)                                 \
+  X(UC_RDMA_WRITE_LAST_WITH_IMMEDIATE, 0x29, kUc,                                            \
+    kWriteFamily | kLastMask | kImmDtMask | kImmMask | kRecvWqeMask)                         \
+  X(UC_RDMA_WRITE_ONLY, 0x2a, kUc, kWriteFamily | kOnlyMask | kRethMask)                     \
+  X(UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, 0x2b, kUc,                                            \
+    kWriteFamily | kOnlyMask | kRethMask | kImmDtMask | kImmMask | kRecvWqeMask)             \
+  X(UD_SEND_ONLY, 0x64, kUd, kSendFamily | kOnlyMask | kDethMask)                            \
+  X(UD_SEND_ONLY_WITH_IMMEDIATE, 0x65, kUd,                                                  \
     kSendFamily | kOnlyMask | kDethMask | kImmDtMask | kImmMask)
 
 enum class Opcode : uint8_t {

@@ -1,0 +1,210 @@
+#include "emulator/wire/icrc.h"
+
+#include <cassert>
+#include <cstdio>
+#include <string>
+
+#include "emulator/base/endian.h"
+#include "emulator/wire/opcode.h"
+
+namespace rdmaemu::wire {
+namespace {
+
+constexpr uint32_t kPolynomial = 0xedb88320;  // IEEE 802.3, bit-reflected
+
+// Slicing-by-8 tables: kTables[0] is the classic byte-at-a-time table;
+// kTables[k][b] is the CRC contribution of byte b followed by k zero bytes,
+// so 8 input bytes fold into the register with 8 independent lookups.
+using CrcTables = std::array<std::array<uint32_t, 256>, 8>;
+
+consteval CrcTables MakeCrcTables() {
+  CrcTables t{};
+  for (uint32_t b = 0; b < 256; ++b) {
+    uint32_t r = b;
+    for (int bit = 0; bit < 8; ++bit) r = (r & 1) ? (r >> 1) ^ kPolynomial : r >> 1;
+    t[0][b] = r;
+  }
+  for (size_t k = 1; k < 8; ++k) {
+    for (size_t b = 0; b < 256; ++b) t[k][b] = (t[k - 1][b] >> 8) ^ t[0][t[k - 1][b] & 0xff];
+  }
+  return t;
+}
+
+constexpr CrcTables kTables = MakeCrcTables();
+
+// Runs the CRC register over bytes; `reg` is the raw (not inverted) register.
+constexpr uint32_t UpdateBytewise(uint32_t reg, const uint8_t* p, size_t n) {
+  for (size_t i = 0; i < n; ++i) reg = kTables[0][(reg ^ p[i]) & 0xff] ^ (reg >> 8);
+  return reg;
+}
+
+uint32_t Update(uint32_t reg, const uint8_t* p, size_t n) {
+  while (n >= 8) {
+    const uint32_t lo = LoadLe32(p) ^ reg;
+    const uint32_t hi = LoadLe32(p + 4);
+    reg = kTables[7][lo & 0xff] ^ kTables[6][(lo >> 8) & 0xff] ^ kTables[5][(lo >> 16) & 0xff] ^
+          kTables[4][lo >> 24] ^ kTables[3][hi & 0xff] ^ kTables[2][(hi >> 8) & 0xff] ^
+          kTables[1][(hi >> 16) & 0xff] ^ kTables[0][hi >> 24];
+    p += 8;
+    n -= 8;
+  }
+  return UpdateBytewise(reg, p, n);
+}
+
+uint32_t Update(uint32_t reg, std::span<const uint8_t> data) {
+  return Update(reg, data.data(), data.size());
+}
+
+// The register after the 8 bytes of 0xFF that stand in for the LRH.
+constexpr uint32_t kRegisterAfterLrh = [] {
+  constexpr uint8_t kOnes[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  return UpdateBytewise(0xffffffff, kOnes, sizeof(kOnes));
+}();
+static_assert(kRegisterAfterLrh == 0xdebb20e3, "rxe's seed for the ICRC");
+
+// Offsets of the fields the ICRC replaces with ones.
+constexpr size_t kIpv4Tos = 1;
+constexpr size_t kIpv4Ttl = 8;
+constexpr size_t kIpv4Checksum = 10;
+constexpr size_t kIpv6HopLimit = 7;
+constexpr size_t kUdpChecksum = 6;
+constexpr size_t kBthResv8a = 4;  // FECN, BECN, resv6
+
+constexpr size_t kMaxIpUdpBytes = kIpv6HeaderBytes + kUdpHeaderBytes;
+
+// Masks the variant fields of IP+UDP headers in place. `ip_bytes` is 20 or 40.
+void MaskVariantFields(uint8_t* h, size_t ip_bytes) {
+  if (ip_bytes == kIpv4HeaderBytes) {
+    h[kIpv4Tos] = 0xff;
+    h[kIpv4Ttl] = 0xff;
+    StoreBe16(h + kIpv4Checksum, 0xffff);
+  } else {
+    h[0] |= 0x0f;               // low nibble of the traffic class
+    h[1] = h[2] = h[3] = 0xff;  // rest of the traffic class, flow label
+    h[kIpv6HopLimit] = 0xff;
+  }
+  StoreBe16(h + ip_bytes + kUdpChecksum, 0xffff);
+}
+
+// The ICRC over already-masked IP+UDP headers and the IB packet.
+uint32_t IcrcOverMasked(std::span<const uint8_t> masked_ip_udp, std::span<const uint8_t> ib) {
+  assert(ib.size() >= kBthBytes);
+  static constexpr uint8_t kOnes = 0xff;
+  uint32_t reg = Update(kRegisterAfterLrh, masked_ip_udp);
+  reg = Update(reg, ib.data(), kBthResv8a);
+  reg = Update(reg, &kOnes, 1);
+  reg = Update(reg, ib.subspan(kBthResv8a + 1));
+  return ~reg;
+}
+
+uint16_t UdpLength(size_t ib_bytes) {
+  return static_cast<uint16_t>(kUdpHeaderBytes + ib_bytes + kIcrcBytes);
+}
+
+void StoreUdpHeader(uint8_t* udp, uint16_t src_port, uint16_t dst_port, size_t ib_bytes) {
+  StoreBe16(udp, src_port);
+  StoreBe16(udp + 2, dst_port);
+  StoreBe16(udp + 4, UdpLength(ib_bytes));
+  StoreBe16(udp + 6, 0);
+}
+
+}  // namespace
+
+uint32_t Crc32(uint32_t crc, std::span<const uint8_t> data) { return ~Update(~crc, data); }
+
+uint32_t ComputeIcrc(const IcrcAddressing& addr, std::span<const uint8_t> ib) {
+  uint8_t h[kIpv4HeaderBytes + kUdpHeaderBytes] = {};
+  h[0] = 0x45;  // version 4, IHL 5 words
+  StoreBe16(h + 2, static_cast<uint16_t>(kIpv4HeaderBytes + UdpLength(ib.size())));
+  StoreBe16(h + 4, 0);       // identification: Linux sends 0 on unconnected DF sockets
+  StoreBe16(h + 6, 0x4000);  // flags: don't fragment; fragment offset 0
+  h[9] = 17;                 // protocol UDP
+  StoreBe32(h + 12, addr.src_ip);
+  StoreBe32(h + 16, addr.dst_ip);
+  StoreUdpHeader(h + kIpv4HeaderBytes, addr.src_port, addr.dst_port, ib.size());
+  MaskVariantFields(h, kIpv4HeaderBytes);
+  return IcrcOverMasked(h, ib);
+}
+
+uint32_t ComputeIcrc(const IcrcAddressing6& addr, std::span<const uint8_t> ib) {
+  uint8_t h[kIpv6HeaderBytes + kUdpHeaderBytes] = {};
+  h[0] = 0x60;                             // version 6
+  StoreBe16(h + 4, UdpLength(ib.size()));  // payload length
+  h[6] = 17;                               // next header UDP
+  for (size_t i = 0; i < 16; ++i) {
+    h[8 + i] = addr.src_ip[i];
+    h[24 + i] = addr.dst_ip[i];
+  }
+  StoreUdpHeader(h + kIpv6HeaderBytes, addr.src_port, addr.dst_port, ib.size());
+  MaskVariantFields(h, kIpv6HeaderBytes);
+  return IcrcOverMasked(h, ib);
+}
+
+Result<uint32_t> ComputeIcrcWithHeaders(std::span<const uint8_t> ip_udp,
+                                        std::span<const uint8_t> ib) {
+  if (ib.size() < kBthBytes) {
+    return InvalidArgument("ICRC: IB packet of " + std::to_string(ib.size()) +
+                           " bytes is shorter than a BTH");
+  }
+  if (ip_udp.empty()) return InvalidArgument("ICRC: no IP header");
+  const uint8_t version = ip_udp[0] >> 4;
+  size_t ip_bytes = 0;
+  if (version == 4 && ip_udp[0] == 0x45) {
+    ip_bytes = kIpv4HeaderBytes;
+  } else if (version == 6) {
+    ip_bytes = kIpv6HeaderBytes;
+  } else {
+    return InvalidArgument("ICRC: first IP byte " + std::to_string(ip_udp[0]) +
+                           " is neither IPv4 without options (0x45) nor IPv6");
+  }
+  if (ip_udp.size() != ip_bytes + kUdpHeaderBytes) {
+    return InvalidArgument("ICRC: expected " + std::to_string(ip_bytes + kUdpHeaderBytes) +
+                           " bytes of IP+UDP header, got " + std::to_string(ip_udp.size()));
+  }
+  uint8_t h[kMaxIpUdpBytes];
+  for (size_t i = 0; i < ip_udp.size(); ++i) h[i] = ip_udp[i];
+  MaskVariantFields(h, ip_bytes);
+  return IcrcOverMasked(std::span<const uint8_t>(h, ip_udp.size()), ib);
+}
+
+namespace {
+
+template <typename Addressing>
+void WriteIcrcImpl(const Addressing& addr, std::span<uint8_t> packet) {
+  assert(packet.size() >= kBthBytes + kIcrcBytes);
+  const size_t body = packet.size() - kIcrcBytes;
+  StoreLe32(packet.data() + body, ComputeIcrc(addr, packet.first(body)));
+}
+
+template <typename Addressing>
+Status CheckIcrcImpl(const Addressing& addr, std::span<const uint8_t> packet) {
+  if (packet.size() < kBthBytes + kIcrcBytes) {
+    return InvalidArgument("ICRC: packet of " + std::to_string(packet.size()) +
+                           " bytes has no room for a BTH and an ICRC");
+  }
+  const size_t body = packet.size() - kIcrcBytes;
+  const uint32_t stored = LoadLe32(packet.data() + body);
+  const uint32_t computed = ComputeIcrc(addr, packet.first(body));
+  if (stored == computed) return Status::Ok();
+  char msg[96];
+  std::snprintf(msg, sizeof(msg), "ICRC mismatch: packet carries 0x%08x, computed 0x%08x", stored,
+                computed);
+  return Status::Error(EBADMSG, msg);
+}
+
+}  // namespace
+
+void WriteIcrc(const IcrcAddressing& addr, std::span<uint8_t> packet) {
+  WriteIcrcImpl(addr, packet);
+}
+void WriteIcrc(const IcrcAddressing6& addr, std::span<uint8_t> packet) {
+  WriteIcrcImpl(addr, packet);
+}
+Status CheckIcrc(const IcrcAddressing& addr, std::span<const uint8_t> packet) {
+  return CheckIcrcImpl(addr, packet);
+}
+Status CheckIcrc(const IcrcAddressing6& addr, std::span<const uint8_t> packet) {
+  return CheckIcrcImpl(addr, packet);
+}
+
+}  // namespace rdmaemu::wire
