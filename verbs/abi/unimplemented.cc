@@ -1,0 +1,135 @@
+// Public entry points that nothing implements yet.
+//
+// Entries move out of this file as they are implemented: delete the stub here
+// in the same change that adds the real function (the linker reports a
+// duplicate definition otherwise).
+//
+// Each stub fails the way its man page says a failure looks: functions that
+// return an int give the errno value EOPNOTSUPP, functions that return a
+// pointer give NULL with errno = EOPNOTSUPP, void functions do nothing. Each
+// logs once per process, at warn level, "X is not implemented yet by rdmaemu".
+
+#include <errno.h>
+#include <infiniband/verbs.h>
+
+#include "verbs/abi/exports.h"
+#include "verbs/abi/warn_once.h"
+
+#define NOT_IMPLEMENTED(name) RDMAEMU_WARN_ONCE("{} is not implemented yet by rdmaemu", name)
+
+#define FAIL_INT(name)    \
+  do {                    \
+    NOT_IMPLEMENTED(name); \
+    return EOPNOTSUPP;    \
+  } while (0)
+
+#define FAIL_PTR(name)    \
+  do {                    \
+    NOT_IMPLEMENTED(name); \
+    errno = EOPNOTSUPP;   \
+    return nullptr;       \
+  } while (0)
+
+extern "C" {
+
+// ---- QP (IBVERBS_1.1, 1.6, 1.14) ------------------------------------------
+struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* qp_init_attr) {
+  FAIL_PTR("ibv_create_qp");
+}
+
+int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int attr_mask) {
+  FAIL_INT("ibv_modify_qp");
+}
+
+int ibv_query_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int attr_mask,
+                 struct ibv_qp_init_attr* init_attr) {
+  FAIL_INT("ibv_query_qp");
+}
+
+int ibv_destroy_qp(struct ibv_qp* qp) { FAIL_INT("ibv_destroy_qp"); }
+
+struct ibv_qp_ex* ibv_qp_to_qp_ex(struct ibv_qp* qp) { FAIL_PTR("ibv_qp_to_qp_ex"); }
+
+// Not a failure-returning verb: 1 means "data written in order", 0 "no
+// guarantee". 0 is the answer that is never wrong.
+int ibv_query_qp_data_in_order(struct ibv_qp* qp, enum ibv_wr_opcode op, uint32_t flags) {
+  NOT_IMPLEMENTED("ibv_query_qp_data_in_order");
+  return 0;
+}
+
+// ---- ECE (IBVERBS_1.10) -----------------------------------------------------
+int ibv_query_ece(struct ibv_qp* qp, struct ibv_ece* ece) { FAIL_INT("ibv_query_ece"); }
+
+int ibv_set_ece(struct ibv_qp* qp, struct ibv_ece* ece) { FAIL_INT("ibv_set_ece"); }
+
+// ---- SRQ (IBVERBS_1.1) ------------------------------------------------------
+struct ibv_srq* ibv_create_srq(struct ibv_pd* pd, struct ibv_srq_init_attr* srq_init_attr) {
+  FAIL_PTR("ibv_create_srq");
+}
+
+int ibv_modify_srq(struct ibv_srq* srq, struct ibv_srq_attr* srq_attr, int srq_attr_mask) {
+  FAIL_INT("ibv_modify_srq");
+}
+
+int ibv_query_srq(struct ibv_srq* srq, struct ibv_srq_attr* srq_attr) {
+  FAIL_INT("ibv_query_srq");
+}
+
+int ibv_destroy_srq(struct ibv_srq* srq) { FAIL_INT("ibv_destroy_srq"); }
+
+// ---- AH (IBVERBS_1.1) -------------------------------------------------------
+struct ibv_ah* ibv_create_ah(struct ibv_pd* pd, struct ibv_ah_attr* attr) {
+  FAIL_PTR("ibv_create_ah");
+}
+
+// ibv_init_ah_from_wc(3): "returns 0 on success, and -1 on error".
+int ibv_init_ah_from_wc(struct ibv_context* context, uint8_t port_num, struct ibv_wc* wc,
+                        struct ibv_grh* grh, struct ibv_ah_attr* ah_attr) {
+  NOT_IMPLEMENTED("ibv_init_ah_from_wc");
+  errno = EOPNOTSUPP;
+  return -1;
+}
+
+struct ibv_ah* ibv_create_ah_from_wc(struct ibv_pd* pd, struct ibv_wc* wc, struct ibv_grh* grh,
+                                     uint8_t port_num) {
+  FAIL_PTR("ibv_create_ah_from_wc");
+}
+
+int ibv_destroy_ah(struct ibv_ah* ah) { FAIL_INT("ibv_destroy_ah"); }
+
+// ---- Multicast (IBVERBS_1.1) ------------------------------------------------
+int ibv_attach_mcast(struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid) {
+  FAIL_INT("ibv_attach_mcast");
+}
+
+int ibv_detach_mcast(struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid) {
+  FAIL_INT("ibv_detach_mcast");
+}
+
+// ---- dma-buf MR (IBVERBS_1.12) ----------------------------------------------
+struct ibv_mr* ibv_reg_dmabuf_mr(struct ibv_pd* pd, uint64_t offset, size_t length,
+                                 uint64_t iova, int fd, int access) {
+  FAIL_PTR("ibv_reg_dmabuf_mr");
+}
+
+// ---- Import / unimport (IBVERBS_1.10, 1.13) ---------------------------------
+struct ibv_context* ibv_import_device(int cmd_fd) { FAIL_PTR("ibv_import_device"); }
+
+struct ibv_pd* ibv_import_pd(struct ibv_context* context, uint32_t pd_handle) {
+  FAIL_PTR("ibv_import_pd");
+}
+
+struct ibv_mr* ibv_import_mr(struct ibv_pd* pd, uint32_t mr_handle) { FAIL_PTR("ibv_import_mr"); }
+
+struct ibv_dm* ibv_import_dm(struct ibv_context* context, uint32_t dm_handle) {
+  FAIL_PTR("ibv_import_dm");
+}
+
+// Nothing can have been imported, so there is nothing to release.
+void ibv_unimport_pd(struct ibv_pd* pd) { NOT_IMPLEMENTED("ibv_unimport_pd"); }
+
+void ibv_unimport_mr(struct ibv_mr* mr) { NOT_IMPLEMENTED("ibv_unimport_mr"); }
+
+void ibv_unimport_dm(struct ibv_dm* dm) { NOT_IMPLEMENTED("ibv_unimport_dm"); }
+
+}  // extern "C"
