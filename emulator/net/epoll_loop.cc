@@ -1,0 +1,280 @@
+// The epoll backend: for kernels and sandboxes that refuse io_uring.
+//
+// One epoll set holds the socket (EPOLLIN, plus EPOLLOUT while a send waits
+// for room) and the doorbell eventfd. Receives are recvmmsg batches, sends
+// are sendmmsg batches; the deadline is epoll_wait's timeout, rounded up to
+// the next millisecond so that the loop never wakes before it.
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "emulator/base/log.h"
+#include "emulator/net/loop_internal.h"
+
+namespace rdmaemu::net::internal {
+namespace {
+
+constexpr int kBatch = 64;        // datagrams per recvmmsg / sendmmsg
+constexpr int kReceiveRounds = 16;  // recvmmsg calls per wakeup, then others get a turn
+constexpr uint64_t kSocketTag = 1;
+constexpr uint64_t kDoorbellTag = 2;
+
+// Room for one IP_PKTINFO control message, aligned for cmsghdr.
+union Control {
+  cmsghdr align;
+  char bytes[CMSG_SPACE(sizeof(in_pktinfo))];
+};
+
+in_addr DestinationOf(const msghdr& msg) {
+  for (const cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
+       c = CMSG_NXTHDR(const_cast<msghdr*>(&msg), const_cast<cmsghdr*>(c))) {
+    if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+      in_pktinfo info;
+      std::memcpy(&info, CMSG_DATA(c), sizeof(info));
+      return info.ipi_addr;
+    }
+  }
+  return in_addr{INADDR_ANY};
+}
+
+class EpollLoop final : public LoopBase {
+ public:
+  EpollLoop(UdpSocket socket, LoopHandler* handler, int doorbell_fd, int epoll_fd)
+      : LoopBase(Backend::kEpoll, std::move(socket), handler, doorbell_fd),
+        epoll_fd_(epoll_fd),
+        buffers_(size_t{kBatch} * kReceiveBufferBytes),
+        queue_(kMaxPendingSends) {}
+
+  ~EpollLoop() override {
+    Stop();
+    close(epoll_fd_);
+  }
+
+  void Send(const sockaddr_in& to, std::span<const iovec> iov) override;
+
+ private:
+  void Run() override;
+  // Returns true if any datagram was delivered.
+  bool ReceiveAll();
+  void Flush();
+  void WatchWritable(bool on);
+  void DrainDoorbell();
+
+  const int epoll_fd_;
+
+  // Loop thread only.
+  std::vector<uint8_t> buffers_;
+  std::array<sockaddr_in, kBatch> names_{};
+  std::array<Control, kBatch> controls_{};
+  std::array<iovec, kBatch> iovs_{};
+  std::array<mmsghdr, kBatch> msgs_{};
+  std::array<Datagram, kBatch> batch_{};
+  std::array<mmsghdr, kBatch> send_msgs_{};
+
+  SendPool pool_;
+  // FIFO of slot ids waiting to be sent: a ring of kMaxPendingSends entries.
+  std::vector<int> queue_;
+  size_t queue_head_ = 0;
+  size_t queue_size_ = 0;
+  // The socket said EAGAIN: wait for EPOLLOUT before sending again.
+  bool blocked_ = false;
+};
+
+void EpollLoop::Run() {
+  std::array<epoll_event, 4> events{};
+  while (!stop_requested()) {
+    int timeout_ms = -1;
+    if (auto wake = NextWake()) {
+      const auto left = *wake - Clock::now();
+      timeout_ms = left <= Clock::duration::zero()
+                       ? 0
+                       : static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+    }
+    const bool may_sleep = timeout_ms != 0 && PrepareToSleep();
+    const int n = epoll_wait(epoll_fd_, events.data(), events.size(), may_sleep ? timeout_ms : 0);
+    if (may_sleep) {
+      AfterSleep();
+      Add(counters().wakeups);
+    }
+    bool readable = false;
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.u64 == kDoorbellTag) {
+        DrainDoorbell();
+      } else {
+        if (events[i].events & (EPOLLIN | EPOLLERR)) readable = true;
+        if (events[i].events & EPOLLOUT) {
+          blocked_ = false;
+          WatchWritable(false);
+        }
+      }
+    }
+    if (n < 0 && errno != EINTR) {
+      RDMAEMU_WARN_LIMITED("epoll_wait: {}", ErrnoText(errno));
+    }
+    if (RetryDue(Clock::now())) ClearRetry();
+    const bool delivered = readable && ReceiveAll();
+    MaybeWork(delivered);
+    Flush();
+  }
+}
+
+bool EpollLoop::ReceiveAll() {
+  bool delivered = false;
+  for (int round = 0; round < kReceiveRounds && !stop_requested(); ++round) {
+    for (int i = 0; i < kBatch; ++i) {
+      iovs_[i] = {buffers_.data() + static_cast<size_t>(i) * kReceiveBufferBytes, kReceiveBufferBytes};
+      msghdr& m = msgs_[i].msg_hdr;
+      m = {};
+      m.msg_name = &names_[i];
+      m.msg_namelen = sizeof(names_[i]);
+      m.msg_iov = &iovs_[i];
+      m.msg_iovlen = 1;
+      m.msg_control = controls_[i].bytes;
+      m.msg_controllen = sizeof(controls_[i].bytes);
+    }
+    const int n = recvmmsg(socket_fd(), msgs_.data(), kBatch, MSG_DONTWAIT, nullptr);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      // ECONNREFUSED and friends: an ICMP error for an earlier send.
+      Add(counters().receive_errors);
+      Log().debug("recvmmsg: {}", ErrnoText(errno));
+      continue;
+    }
+    size_t count = 0;
+    uint64_t bytes = 0;
+    for (int i = 0; i < n; ++i) {
+      const msghdr& m = msgs_[i].msg_hdr;
+      if (m.msg_flags & MSG_TRUNC) {
+        Add(counters().receive_errors);
+        RDMAEMU_WARN_LIMITED("dropped a datagram larger than {} bytes", kReceiveBufferBytes);
+        continue;
+      }
+      Datagram& d = batch_[count++];
+      d.src = names_[i];
+      d.dst = DestinationOf(m);
+      d.data = {static_cast<const uint8_t*>(iovs_[i].iov_base), msgs_[i].msg_len};
+      bytes += msgs_[i].msg_len;
+    }
+    if (count > 0) {
+      Add(counters().datagrams_received, count);
+      Add(counters().bytes_received, bytes);
+      Add(counters().batches);
+      handler().OnDatagrams(std::span<const Datagram>(batch_.data(), count));
+      delivered = true;
+    }
+    if (n < kBatch) break;
+  }
+  return delivered;
+}
+
+void EpollLoop::Send(const sockaddr_in& to, std::span<const iovec> iov) {
+  CheckLoopThread("Loop::Send");
+  const int id = pool_.Acquire(to, iov);
+  if (id < 0) {
+    Add(counters().send_drops);
+    return;
+  }
+  queue_[(queue_head_ + queue_size_) % queue_.size()] = id;
+  ++queue_size_;
+  if (queue_size_ >= kBatch) Flush();
+}
+
+void EpollLoop::Flush() {
+  if (blocked_ || RetryPending()) return;
+  while (queue_size_ > 0) {
+    const int k = static_cast<int>(std::min<size_t>(queue_size_, kBatch));
+    for (int i = 0; i < k; ++i) {
+      send_msgs_[i] = {};
+      send_msgs_[i].msg_hdr = pool_[queue_[(queue_head_ + i) % queue_.size()]].msg;
+    }
+    const int n = sendmmsg(socket_fd(), send_msgs_.data(), k, MSG_DONTWAIT);
+    int done = n;
+    if (n < 0) {
+      const int err = errno;
+      if (err == EINTR) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) {
+        // The socket buffer is full: wait until the kernel says there is room.
+        Add(counters().send_retries);
+        blocked_ = true;
+        WatchWritable(true);
+        return;
+      }
+      if (err == ENOBUFS) {
+        // No poll event announces the end of ENOBUFS: try again shortly.
+        Add(counters().send_retries);
+        SetRetryAt(Clock::now() + kSendRetryDelay);
+        return;
+      }
+      // Refused for good (ECONNREFUSED from an ICMP error, EMSGSIZE, ...):
+      // count it, drop that datagram and go on with the rest.
+      Add(counters().send_errors);
+      Log().debug("sendmmsg to {}: {}", ToString(pool_[queue_[queue_head_]].to), ErrnoText(err));
+      done = 1;
+    } else {
+      uint64_t bytes = 0;
+      for (int i = 0; i < n; ++i) bytes += send_msgs_[i].msg_len;
+      Add(counters().datagrams_sent, n);
+      Add(counters().bytes_sent, bytes);
+    }
+    for (int i = 0; i < done; ++i) {
+      pool_.Release(queue_[queue_head_]);
+      queue_head_ = (queue_head_ + 1) % queue_.size();
+      --queue_size_;
+    }
+  }
+}
+
+void EpollLoop::WatchWritable(bool on) {
+  epoll_event ev{};
+  ev.events = on ? (EPOLLIN | EPOLLOUT) : EPOLLIN;
+  ev.data.u64 = kSocketTag;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, socket_fd(), &ev) != 0) {
+    RDMAEMU_WARN_LIMITED("epoll_ctl: {}", ErrnoText(errno));
+  }
+}
+
+void EpollLoop::DrainDoorbell() {
+  uint64_t value;
+  while (read(doorbell_fd(), &value, sizeof(value)) < 0 && errno == EINTR) {
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Loop>> CreateEpollLoop(UdpSocket& socket, LoopHandler* handler) {
+  const int doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (doorbell < 0) {
+    return Status::Error(errno, "cannot create the doorbell eventfd: " + ErrnoText(errno));
+  }
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  if (ep < 0) {
+    const int err = errno;
+    close(doorbell);
+    return Status::Error(err, "epoll_create1: " + ErrnoText(err));
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kSocketTag;
+  int rc = epoll_ctl(ep, EPOLL_CTL_ADD, socket.fd(), &ev);
+  if (rc == 0) {
+    ev.data.u64 = kDoorbellTag;
+    rc = epoll_ctl(ep, EPOLL_CTL_ADD, doorbell, &ev);
+  }
+  if (rc != 0) {
+    const int err = errno;
+    close(ep);
+    close(doorbell);
+    return Status::Error(err, "epoll_ctl: " + ErrnoText(err));
+  }
+  return std::unique_ptr<Loop>(new EpollLoop(std::move(socket), handler, doorbell, ep));
+}
+
+}  // namespace rdmaemu::net::internal

@@ -1,0 +1,241 @@
+#include "emulator/net/loop.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "emulator/base/log.h"
+#include "emulator/net/loop_internal.h"
+
+namespace rdmaemu::net {
+
+Result<Backend> ParseBackend(std::string_view text) {
+  if (text == "auto") return Backend::kAuto;
+  if (text == "uring") return Backend::kUring;
+  if (text == "epoll") return Backend::kEpoll;
+  return InvalidArgument("engine '" + std::string(text) +
+                         "' is not one of auto, uring, epoll");
+}
+
+std::string_view ToString(Backend backend) {
+  switch (backend) {
+    case Backend::kAuto:
+      return "auto";
+    case Backend::kUring:
+      return "uring";
+    case Backend::kEpoll:
+      return "epoll";
+  }
+  return "?";
+}
+
+Result<std::unique_ptr<Loop>> Loop::Create(Backend backend, UdpSocket socket,
+                                           LoopHandler* handler, const LoopOptions& options) {
+  if (handler == nullptr) return InvalidArgument("Loop::Create: no handler");
+  switch (backend) {
+    case Backend::kUring:
+      return internal::CreateUringLoop(socket, handler, options);
+    case Backend::kEpoll:
+      return internal::CreateEpollLoop(socket, handler);
+    case Backend::kAuto:
+      break;
+  }
+  auto uring = internal::CreateUringLoop(socket, handler, options);
+  if (uring.ok()) return uring;
+  // Said once per process: every device of a process falls back for the same
+  // reason. Info, not warn: the epoll engine is a correct engine, and a
+  // program run in Docker should not print a line on every start.
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) {
+    Log().info("io_uring is not available ({}); using the epoll engine",
+               uring.status().message());
+  }
+  return internal::CreateEpollLoop(socket, handler);
+}
+
+namespace internal {
+
+std::string ErrnoText(int err) {
+  const char* text = strerrordesc_np(err);
+  return text != nullptr ? text : "errno " + std::to_string(err);
+}
+
+int SendPool::Acquire(const sockaddr_in& to, std::span<const iovec> iov) {
+  int id;
+  if (!free_.empty()) {
+    id = free_.back();
+    free_.pop_back();
+  } else if (slots_.size() < kMaxPendingSends) {
+    id = static_cast<int>(slots_.size());
+    slots_.push_back(std::make_unique<SendSlot>());
+  } else {
+    return -1;
+  }
+  SendSlot& s = *slots_[id];
+  size_t total = 0;
+  for (const iovec& v : iov) total += v.iov_len;
+  s.bytes.resize(total);
+  size_t at = 0;
+  for (const iovec& v : iov) {
+    if (v.iov_len != 0) std::memcpy(s.bytes.data() + at, v.iov_base, v.iov_len);
+    at += v.iov_len;
+  }
+  s.to = to;
+  s.iov = {s.bytes.data(), total};
+  s.msg = {};
+  s.msg.msg_name = &s.to;
+  s.msg.msg_namelen = sizeof(s.to);
+  s.msg.msg_iov = &s.iov;
+  s.msg.msg_iovlen = 1;
+  return id;
+}
+
+LoopBase::LoopBase(Backend backend, UdpSocket socket, LoopHandler* handler, int doorbell_fd)
+    : backend_(backend),
+      socket_(std::move(socket)),
+      handler_(handler),
+      doorbell_fd_(doorbell_fd) {}
+
+LoopBase::~LoopBase() {
+  Stop();
+  close(doorbell_fd_);
+}
+
+void LoopBase::Start() {
+  if (thread_.joinable() || stop_requested()) return;
+  running_.store(true);
+  thread_ = std::thread([this] { ThreadMain(); });
+  if (pthread_getcpuclockid(thread_.native_handle(), &cpu_clock_) != 0) {
+    cpu_clock_ = CLOCK_THREAD_CPUTIME_ID;  // never: the thread exists
+  }
+}
+
+void LoopBase::ThreadMain() {
+  loop_thread_.store(std::this_thread::get_id());
+  pthread_setname_np(pthread_self(), "rdmaemu-net");
+  Run();
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  final_cpu_ns_.store(int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec);
+  running_.store(false);
+}
+
+void LoopBase::Stop() {
+  if (InLoopThread()) {
+    std::fprintf(stderr, "rdmaemu: Loop::Stop called on the loop thread itself\n");
+    std::abort();
+  }
+  stop_.store(true);
+  Ring();
+  if (thread_.joinable()) thread_.join();
+}
+
+// The doorbell, as io_uring's SQ polling does it (IORING_SQ_NEED_WAKEUP):
+// posters write the eventfd only when the loop says it is going to sleep.
+//
+//   poster (Ring)                     loop (PrepareToSleep, then block)
+//   P1 ring_pending_ = true           L1 sleeping_ = true
+//   P2 if (sleeping_) write eventfd   L2 if (ring_pending_) don't block
+//
+// All four accesses are seq_cst, so they fall in one total order: if P2
+// reads false, P2 precedes L1, hence P1 precedes L2 and the loop sees the
+// ring and stays awake; if P2 reads true, the eventfd write wakes the loop
+// (or, if it has not blocked yet, makes its wait return at once). Either way
+// no ring is lost. Release/acquire alone would not do: each side stores one
+// flag and then loads the other, a store-load pair that only seq_cst (a full
+// fence) orders.
+//
+// A busy poster finds sleeping_ false and makes no system call. The exchange
+// on sleeping_ lets only the first of several posters write per sleep.
+// The seq_cst store of ring_pending_ also releases whatever the poster wrote
+// before ringing; TakeRing's exchange acquires it before OnWork runs.
+void LoopBase::Ring() {
+  ring_pending_.store(true, std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_seq_cst) &&
+      sleeping_.exchange(false, std::memory_order_seq_cst)) {
+    counters_.doorbell_writes.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t one = 1;
+    while (write(doorbell_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+bool LoopBase::PrepareToSleep() {
+  sleeping_.store(true, std::memory_order_seq_cst);
+  if (ring_pending_.load(std::memory_order_seq_cst) || stop_requested()) {
+    sleeping_.store(false, std::memory_order_relaxed);
+    return false;
+  }
+  return true;
+}
+
+void LoopBase::AfterSleep() { sleeping_.store(false, std::memory_order_relaxed); }
+
+bool LoopBase::TakeRing() {
+  if (!ring_pending_.load(std::memory_order_relaxed)) return false;
+  return ring_pending_.exchange(false, std::memory_order_acquire);
+}
+
+std::optional<Clock::time_point> LoopBase::NextWake() const {
+  if (deadline_ && retry_at_) return std::min(*deadline_, *retry_at_);
+  return deadline_ ? deadline_ : retry_at_;
+}
+
+void LoopBase::MaybeWork(bool delivered) {
+  const bool rang = TakeRing();
+  const Clock::time_point now = Clock::now();
+  if (delivered || rang || (deadline_ && now >= *deadline_)) {
+    Add(counters_.work_calls);
+    deadline_ = handler_->OnWork(now);
+  }
+}
+
+bool LoopBase::InLoopThread() const {
+  return loop_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+}
+
+void LoopBase::CheckLoopThread(const char* what) const {
+  if (!InLoopThread()) {
+    std::fprintf(stderr, "rdmaemu: %s called outside the loop thread\n", what);
+    std::abort();
+  }
+}
+
+int64_t LoopBase::CpuNanos() const {
+  if (running_.load()) {
+    timespec ts{};
+    if (clock_gettime(cpu_clock_, &ts) == 0) {
+      return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+    }
+  }
+  // Exited (or exiting, and its clock is gone): the value it left behind.
+  return final_cpu_ns_.load();
+}
+
+LoopStats LoopBase::stats() const {
+  constexpr auto r = std::memory_order_relaxed;
+  LoopStats s;
+  s.datagrams_received = counters_.datagrams_received.load(r);
+  s.bytes_received = counters_.bytes_received.load(r);
+  s.datagrams_sent = counters_.datagrams_sent.load(r);
+  s.bytes_sent = counters_.bytes_sent.load(r);
+  s.send_errors = counters_.send_errors.load(r);
+  s.send_drops = counters_.send_drops.load(r);
+  s.send_retries = counters_.send_retries.load(r);
+  s.receive_errors = counters_.receive_errors.load(r);
+  s.batches = counters_.batches.load(r);
+  s.work_calls = counters_.work_calls.load(r);
+  s.wakeups = counters_.wakeups.load(r);
+  s.doorbell_writes = counters_.doorbell_writes.load(r);
+  s.cpu_time = std::chrono::nanoseconds(CpuNanos());
+  return s;
+}
+
+}  // namespace internal
+}  // namespace rdmaemu::net

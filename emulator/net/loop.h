@@ -1,0 +1,139 @@
+// Loop: the engine's network thread. One per open device.
+//
+// A Loop owns one UdpSocket and one thread. The thread sleeps in the kernel
+// until a datagram arrives, someone rings the doorbell, or the handler's
+// deadline passes; then it calls the handler and sends what the handler queued.
+// With no deadline it sleeps indefinitely: an idle loop uses no CPU.
+//
+// Two backends behave the same:
+//   kUring  io_uring: one multishot recvmsg into a provided buffer ring,
+//           sendmsg SQEs submitted together, the doorbell eventfd read by an
+//           SQE, the deadline as the wait's timeout.
+//   kEpoll  epoll_wait on the socket and the doorbell eventfd, recvmmsg and
+//           sendmmsg batches.
+// kAuto picks io_uring and falls back to epoll where the kernel refuses it
+// (Docker's default seccomp profile, kernel.io_uring_disabled, a kernel older
+// than 6.0), saying so once in the log at info level.
+//
+// Thread safety:
+//   - Create, Start, Stop and the destructor: the owning thread (never the
+//     loop thread itself).
+//   - Ring, InLoopThread, stats, backend: any thread.
+//   - Send: the loop thread only, i.e. from inside a LoopHandler call.
+//   - The LoopHandler is called on the loop thread only, one call at a time.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/uio.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "emulator/base/status.h"
+#include "emulator/net/udp_socket.h"
+
+namespace rdmaemu::net {
+
+// One received datagram. `data` points into the loop's receive buffer and is
+// valid only during the OnDatagrams call that delivers it.
+struct Datagram {
+  sockaddr_in src;  // the sender's address and port
+  in_addr dst;      // the destination address in the IP header (IP_PKTINFO)
+  std::span<const uint8_t> data;
+};
+
+class LoopHandler {
+ public:
+  virtual ~LoopHandler() = default;
+  // Loop thread. A batch of received datagrams; data is valid only during the call.
+  virtual void OnDatagrams(std::span<const Datagram> batch) = 0;
+  // Loop thread. Called after each round of receives, after every Ring(), and
+  // when the deadline it returned last time has passed. The handler does its
+  // pending work (it may call Loop::Send) and returns when it next wants to be
+  // called (nullopt = only on new datagrams or Ring()). Each call replaces the
+  // previous deadline.
+  virtual std::optional<std::chrono::steady_clock::time_point> OnWork(
+      std::chrono::steady_clock::time_point now) = 0;
+};
+
+enum class Backend { kAuto, kUring, kEpoll };
+
+// "auto" | "uring" | "epoll" (the values of RDMAEMU_ENGINE).
+Result<Backend> ParseBackend(std::string_view text);
+std::string_view ToString(Backend backend);
+
+// Counters, each read with relaxed ordering: a snapshot, not a transaction.
+struct LoopStats {
+  uint64_t datagrams_received = 0;
+  uint64_t bytes_received = 0;
+  uint64_t datagrams_sent = 0;
+  uint64_t bytes_sent = 0;
+  // Sends the kernel refused for good (ECONNREFUSED from an ICMP error,
+  // EMSGSIZE, ...): counted and dropped.
+  uint64_t send_errors = 0;
+  // Sends dropped because kMaxPendingSends were already waiting.
+  uint64_t send_drops = 0;
+  // Times a send found the socket buffer full (EAGAIN/ENOBUFS) and waited.
+  uint64_t send_retries = 0;
+  // Receives that failed or were truncated (larger than kReceiveBufferBytes).
+  uint64_t receive_errors = 0;
+  uint64_t batches = 0;          // OnDatagrams calls
+  uint64_t work_calls = 0;       // OnWork calls
+  uint64_t wakeups = 0;          // returns from a blocking wait in the kernel
+  uint64_t doorbell_writes = 0;  // eventfd writes by Ring()
+  // CPU time the loop thread has used (its final value once it has exited).
+  std::chrono::nanoseconds cpu_time{0};
+};
+
+// Each receive buffer holds one datagram with its headers: a RoCEv2 packet of
+// the largest MTU (4096) with every header fits with room to spare.
+inline constexpr size_t kReceiveBufferBytes = 8192;
+// Datagrams queued or in the kernel's hands but not yet sent. A Send beyond
+// this is dropped and counted (send_drops), not queued: the transport above
+// is reliable (RC retransmits) and must not make the engine's memory grow
+// without bound when a peer stops reading.
+inline constexpr size_t kMaxPendingSends = 4096;
+
+struct LoopOptions {
+  // Test seam: an errno value (EPERM, ENOSYS, ...) makes io_uring setup fail
+  // as if the kernel refused it, so the fallback path can be exercised on a
+  // kernel that supports io_uring. 0: off.
+  int simulate_uring_refusal = 0;
+};
+
+class Loop {
+ public:
+  // Sets up the backend (probing the kernel for io_uring when asked) and takes
+  // over the socket. The thread starts with Start(); `handler` must outlive
+  // the loop. kUring fails, with the kernel's errno, where io_uring is refused.
+  static Result<std::unique_ptr<Loop>> Create(Backend backend, UdpSocket socket,
+                                              LoopHandler* handler,
+                                              const LoopOptions& options = {});
+
+  virtual ~Loop() = default;
+
+  // The backend actually running (never kAuto).
+  virtual Backend backend() const = 0;
+  // The bound address of the socket.
+  virtual const sockaddr_in& address() const = 0;
+  // Spawns the thread. Call once.
+  virtual void Start() = 0;
+  // Wakes the thread and joins it. Idempotent; the destructor calls it.
+  // Datagrams still queued for sending are discarded.
+  virtual void Stop() = 0;
+  // Any thread: asks for an OnWork call soon. Costs no system call while the
+  // loop is awake; writes the doorbell eventfd only when it sleeps.
+  virtual void Ring() = 0;
+  // Loop thread only: sends one datagram, gathered from `iov` (copied before
+  // Send returns). Sends are queued and flushed together when the handler
+  // returns, or earlier when a batch fills.
+  virtual void Send(const sockaddr_in& to, std::span<const iovec> iov) = 0;
+  virtual bool InLoopThread() const = 0;
+  virtual LoopStats stats() const = 0;
+};
+
+}  // namespace rdmaemu::net

@@ -1,0 +1,157 @@
+// What both Loop backends share: the thread, the doorbell protocol, the
+// deadline, the counters and the pool of send slots. Private to :loop.
+#pragma once
+
+#include <pthread.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "emulator/net/loop.h"
+
+namespace rdmaemu::net::internal {
+
+using Clock = std::chrono::steady_clock;
+
+// How long a send that met ENOBUFS (or an EAGAIN with no way to poll for
+// writability) waits before it is tried again.
+inline constexpr std::chrono::milliseconds kSendRetryDelay{1};
+
+std::string ErrnoText(int err);
+
+// Counters written by the loop thread only (doorbell_writes excepted), read by
+// any thread. A single writer needs no read-modify-write: Add is a plain
+// load and store, so counting costs no locked instruction.
+struct Counters {
+  std::atomic<uint64_t> datagrams_received{0};
+  std::atomic<uint64_t> bytes_received{0};
+  std::atomic<uint64_t> datagrams_sent{0};
+  std::atomic<uint64_t> bytes_sent{0};
+  std::atomic<uint64_t> send_errors{0};
+  std::atomic<uint64_t> send_drops{0};
+  std::atomic<uint64_t> send_retries{0};
+  std::atomic<uint64_t> receive_errors{0};
+  std::atomic<uint64_t> batches{0};
+  std::atomic<uint64_t> work_calls{0};
+  std::atomic<uint64_t> wakeups{0};
+  std::atomic<uint64_t> doorbell_writes{0};  // any thread: fetch_add
+};
+
+inline void Add(std::atomic<uint64_t>& counter, uint64_t n = 1) {
+  counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
+// One datagram waiting to be sent: a copy of its bytes and a msghdr that
+// points at them, stable in memory while the kernel holds it.
+struct SendSlot {
+  sockaddr_in to{};
+  iovec iov{};
+  msghdr msg{};
+  std::vector<uint8_t> bytes;  // keeps its capacity between uses
+};
+
+// At most kMaxPendingSends slots, created on first use and then reused, so
+// memory follows the largest burst actually seen. Loop thread only.
+class SendPool {
+ public:
+  // A free slot filled with the datagram, or -1 if all are in use.
+  int Acquire(const sockaddr_in& to, std::span<const iovec> iov);
+  void Release(int id) { free_.push_back(id); }
+  SendSlot& operator[](int id) { return *slots_[id]; }
+  size_t in_use() const { return slots_.size() - free_.size(); }
+
+ private:
+  std::vector<std::unique_ptr<SendSlot>> slots_;
+  std::vector<int> free_;
+};
+
+// The part of a Loop that does not depend on the backend. A backend
+// implements Run(), which returns when stop_requested(); its destructor must
+// call Stop() first, while its own members still exist.
+class LoopBase : public Loop {
+ public:
+  LoopBase(Backend backend, UdpSocket socket, LoopHandler* handler, int doorbell_fd);
+  ~LoopBase() override;
+
+  Backend backend() const override { return backend_; }
+  const sockaddr_in& address() const override { return socket_.address(); }
+  void Start() override;
+  void Stop() override;
+  void Ring() override;
+  bool InLoopThread() const override;
+  LoopStats stats() const override;
+
+ protected:
+  virtual void Run() = 0;
+
+  int socket_fd() const { return socket_.fd(); }
+  int doorbell_fd() const { return doorbell_fd_; }
+  LoopHandler& handler() { return *handler_; }
+  Counters& counters() { return counters_; }
+  bool stop_requested() const { return stop_.load(std::memory_order_relaxed); }
+
+  // Aborts with a message when Send is called off the loop thread.
+  void CheckLoopThread(const char* what) const;
+
+  // The doorbell protocol, loop side (see Ring() in loop.cc for the whole).
+  // PrepareToSleep announces that the loop is about to block and returns
+  // false if it must not, because a ring or a stop is already pending.
+  bool PrepareToSleep();
+  void AfterSleep();
+  // True once per batch of Ring() calls; the loop then calls OnWork.
+  bool TakeRing();
+
+  // The handler's deadline and the backend's own retry time, whichever is
+  // first; nullopt if neither is set.
+  std::optional<Clock::time_point> NextWake() const;
+  void SetRetryAt(Clock::time_point t) { retry_at_ = t; }
+  void ClearRetry() { retry_at_.reset(); }
+  bool RetryDue(Clock::time_point now) const { return retry_at_ && now >= *retry_at_; }
+  bool RetryPending() const { return retry_at_.has_value(); }
+
+  // Calls OnWork if anything asks for it: datagrams were delivered, the
+  // doorbell rang, or the deadline passed.
+  void MaybeWork(bool delivered);
+
+ private:
+  void ThreadMain();
+  int64_t CpuNanos() const;
+
+  // Constant after construction.
+  const Backend backend_;
+  UdpSocket socket_;
+  LoopHandler* const handler_;
+  const int doorbell_fd_;
+
+  // Owner thread only.
+  std::thread thread_;
+  clockid_t cpu_clock_{};
+
+  // Shared between the posting threads and the loop thread.
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> ring_pending_{false};
+  std::atomic<bool> sleeping_{false};
+  std::atomic<bool> running_{false};
+  std::atomic<std::thread::id> loop_thread_{};
+  std::atomic<int64_t> final_cpu_ns_{0};
+  Counters counters_;
+
+  // Loop thread only.
+  std::optional<Clock::time_point> deadline_;
+  std::optional<Clock::time_point> retry_at_;
+};
+
+// Backend factories. On failure the socket is left untouched (so that kAuto
+// can hand it to the next backend); on success it is moved into the loop.
+Result<std::unique_ptr<Loop>> CreateUringLoop(UdpSocket& socket, LoopHandler* handler,
+                                              const LoopOptions& options);
+Result<std::unique_ptr<Loop>> CreateEpollLoop(UdpSocket& socket, LoopHandler* handler);
+
+}  // namespace rdmaemu::net::internal

@@ -1,0 +1,496 @@
+// The io_uring backend.
+//
+// Requests the ring carries, told apart by user_data (kind << 32 | slot):
+//   kRecv      one multishot recvmsg on the socket, each datagram landing in
+//              a buffer the kernel picks from a provided buffer ring. It is
+//              re-armed when a completion comes without IORING_CQE_F_MORE
+//              (the kernel ended it, e.g. -ENOBUFS when every buffer was
+//              taken); no datagram is lost then, they wait in the socket.
+//   kDoorbell  a read of the doorbell eventfd, re-armed after each completion.
+//   kSend      one sendmsg per datagram; the slot is its SendPool index.
+//   kCancel    the cancel-everything request of Drain().
+// The deadline is the timeout of the wait itself (IORING_FEAT_EXT_ARG), so
+// no timeout request is needed.
+//
+// Every request is submitted by the loop thread. io_uring runs a request's
+// completion work in the task that submitted it: a receive armed by the
+// thread that called Create would depend on that thread entering the kernel,
+// and die with it. Create therefore only probes the kernel; Run arms.
+#include <liburing.h>
+#include <netinet/in.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "emulator/base/log.h"
+#include "emulator/net/loop_internal.h"
+
+namespace rdmaemu::net::internal {
+namespace {
+
+constexpr unsigned kSqEntries = 256;
+// Room for a full pool of send completions plus the receives of one round.
+constexpr unsigned kCqEntries = 8192;
+constexpr unsigned kBuffers = 256;  // a power of two, as the buffer ring requires
+constexpr uint16_t kBufferGroup = 0;
+constexpr unsigned kCqeBatch = 128;
+constexpr int kReapRounds = 8;  // CQE batches per wakeup, then the handler gets a turn
+constexpr std::chrono::seconds kDrainTimeout{2};
+
+enum Kind : uint64_t { kRecv = 1, kDoorbell = 2, kSend = 3, kCancel = 4 };
+constexpr uint64_t Tag(Kind kind, uint32_t slot = 0) { return uint64_t{kind} << 32 | slot; }
+
+// Anonymous memory, page-aligned as the buffer ring requires.
+class Mapping {
+ public:
+  Mapping() = default;
+  // Returns false if the memory cannot be mapped. Once only.
+  bool Map(size_t bytes) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    addr_ = p;
+    bytes_ = bytes;
+    return true;
+  }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() {
+    if (addr_ != nullptr) munmap(addr_, bytes_);
+  }
+  void* get() const { return addr_; }
+
+ private:
+  void* addr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// What Create sets up and the loop then owns. Destroyed after the loop
+// thread has drained the ring, so the kernel never writes freed memory.
+struct UringState {
+  io_uring ring{};
+  bool ring_ready = false;
+  Mapping buf_ring_memory;
+  io_uring_buf_ring* buf_ring = nullptr;
+  Mapping buffers;
+  int doorbell = -1;  // handed to LoopBase, which closes it
+
+  ~UringState() {
+    if (ring_ready) io_uring_queue_exit(&ring);
+  }
+  uint8_t* buffer(uint16_t bid) const {
+    return static_cast<uint8_t*>(buffers.get()) + size_t{bid} * kReceiveBufferBytes;
+  }
+};
+
+Status Refused(int err, const std::string& what) {
+  return Status::Error(err, what + ": " + ErrnoText(err));
+}
+
+// Multishot recvmsg needs Linux 6.0, a kernel that already has every other
+// piece used here. Arm one on a throwaway socket: an old kernel fails it
+// right away with EINVAL; a new one leaves it pending and it is cancelled.
+Status ProbeMultishot(UringState& u) {
+  const int probe_fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (probe_fd < 0) return Refused(errno, "socket");
+  msghdr msg{};
+  msg.msg_namelen = sizeof(sockaddr_in);
+  io_uring_sqe* sqe = io_uring_get_sqe(&u.ring);
+  io_uring_prep_recvmsg_multishot(sqe, probe_fd, &msg, 0);
+  sqe->flags |= IOSQE_BUFFER_SELECT;
+  sqe->buf_group = kBufferGroup;
+  io_uring_sqe_set_data64(sqe, Tag(kRecv));
+  sqe = io_uring_get_sqe(&u.ring);
+  io_uring_prep_cancel64(sqe, Tag(kRecv), 0);
+  io_uring_sqe_set_data64(sqe, Tag(kCancel));
+  int rc = io_uring_submit(&u.ring);
+  Status status;
+  if (rc < 0) status = Refused(-rc, "io_uring_submit");
+  // Two completions: the receive's and the cancel's.
+  for (int seen = 0; rc >= 0 && seen < 2; ++seen) {
+    io_uring_cqe* cqe = nullptr;
+    __kernel_timespec ts{.tv_sec = 1, .tv_nsec = 0};
+    rc = io_uring_wait_cqe_timeout(&u.ring, &cqe, &ts);
+    if (rc < 0) {
+      status = Refused(-rc, "waiting for the multishot recvmsg probe");
+      break;
+    }
+    if (cqe->user_data == Tag(kRecv) && cqe->res < 0 && cqe->res != -ECANCELED) {
+      status = Refused(-cqe->res, "multishot recvmsg (Linux 6.0 or later)");
+    }
+    io_uring_cqe_seen(&u.ring, cqe);
+  }
+  close(probe_fd);
+  return status;
+}
+
+Result<std::unique_ptr<UringState>> SetUp(const LoopOptions& options) {
+  if (options.simulate_uring_refusal != 0) {
+    return Status::Error(options.simulate_uring_refusal,
+                         "io_uring_queue_init: " + ErrnoText(options.simulate_uring_refusal) +
+                             " (simulated for a test)");
+  }
+  auto u = std::make_unique<UringState>();
+  io_uring_params params{};
+  params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN;
+  params.cq_entries = kCqEntries;
+  int rc = io_uring_queue_init_params(kSqEntries, &u->ring, &params);
+  if (rc == -EINVAL) {  // COOP_TASKRUN is 5.19: retry without it
+    params = {};
+    params.flags = IORING_SETUP_CQSIZE;
+    params.cq_entries = kCqEntries;
+    rc = io_uring_queue_init_params(kSqEntries, &u->ring, &params);
+  }
+  if (rc < 0) return Refused(-rc, "io_uring_queue_init");
+  u->ring_ready = true;
+
+  io_uring_probe* probe = io_uring_get_probe_ring(&u->ring);
+  if (probe == nullptr) return Status::Error(ENOSYS, "io_uring cannot be probed for opcodes");
+  const bool has_ops = io_uring_opcode_supported(probe, IORING_OP_RECVMSG) &&
+                       io_uring_opcode_supported(probe, IORING_OP_SENDMSG) &&
+                       io_uring_opcode_supported(probe, IORING_OP_READ) &&
+                       io_uring_opcode_supported(probe, IORING_OP_ASYNC_CANCEL);
+  io_uring_free_probe(probe);
+  if (!has_ops) return Status::Error(ENOSYS, "io_uring lacks recvmsg/sendmsg/read/cancel");
+  if (!(params.features & IORING_FEAT_EXT_ARG)) {
+    return Status::Error(ENOSYS, "io_uring lacks wait timeouts (IORING_FEAT_EXT_ARG, Linux 5.11)");
+  }
+
+  if (!u->buf_ring_memory.Map(kBuffers * sizeof(io_uring_buf)) ||
+      !u->buffers.Map(size_t{kBuffers} * kReceiveBufferBytes)) {
+    return NoMemory("cannot map the receive buffers");
+  }
+  u->buf_ring = static_cast<io_uring_buf_ring*>(u->buf_ring_memory.get());
+  io_uring_buf_reg reg{};
+  reg.ring_addr = reinterpret_cast<uintptr_t>(u->buf_ring);
+  reg.ring_entries = kBuffers;
+  reg.bgid = kBufferGroup;
+  rc = io_uring_register_buf_ring(&u->ring, &reg, 0);
+  if (rc < 0) return Refused(-rc, "io_uring_register_buf_ring (Linux 5.19 or later)");
+  io_uring_buf_ring_init(u->buf_ring);
+  const int mask = io_uring_buf_ring_mask(kBuffers);
+  for (unsigned bid = 0; bid < kBuffers; ++bid) {
+    io_uring_buf_ring_add(u->buf_ring, u->buffer(bid), kReceiveBufferBytes, bid, mask, bid);
+  }
+  io_uring_buf_ring_advance(u->buf_ring, kBuffers);
+
+  if (Status s = ProbeMultishot(*u); !s.ok()) return s;
+
+  // Blocking: only io_uring reads it, and io_uring polls a file that would block.
+  u->doorbell = eventfd(0, EFD_CLOEXEC);
+  if (u->doorbell < 0) return Refused(errno, "cannot create the doorbell eventfd");
+  return u;
+}
+
+class UringLoop final : public LoopBase {
+ public:
+  UringLoop(UdpSocket socket, LoopHandler* handler, std::unique_ptr<UringState> u)
+      : LoopBase(Backend::kUring, std::move(socket), handler, u->doorbell), u_(std::move(u)) {
+    recv_msg_.msg_namelen = sizeof(sockaddr_in);
+    recv_msg_.msg_controllen = CMSG_SPACE(sizeof(in_pktinfo));
+  }
+
+  ~UringLoop() override { Stop(); }
+
+  void Send(const sockaddr_in& to, std::span<const iovec> iov) override;
+
+ private:
+  struct Received {
+    uint16_t bid;
+    Datagram datagram;
+  };
+
+  void Run() override;
+  io_uring_sqe* GetSqe();
+  void ArmRecv();
+  void ArmDoorbell();
+  void SubmitSend(int id);
+  void RetrySends();
+  // Consumes completions, a batch at a time with one CQ advance each. Never
+  // calls the handler (Send calls it to free slots), so it only queues
+  // received datagrams in rx_ for Deliver().
+  void Reap();
+  void HandleRecv(const io_uring_cqe& cqe);
+  void HandleSend(const io_uring_cqe& cqe);
+  // Hands rx_ to the handler, then gives the buffers back to the kernel.
+  bool Deliver();
+  void ReturnBuffers(std::span<const uint16_t> bids);
+  void Drain();
+
+  std::unique_ptr<UringState> u_;
+
+  // Loop thread only.
+  msghdr recv_msg_{};  // the layout template of every received buffer
+  uint64_t doorbell_value_ = 0;
+  int inflight_ = 0;  // requests the kernel still holds
+  bool recv_armed_ = false;
+  bool doorbell_armed_ = false;
+  int recv_error_streak_ = 0;
+  bool recv_backoff_ = false;
+  std::vector<Received> rx_;
+  std::vector<Received> delivering_;
+  std::vector<Datagram> batch_;
+  std::vector<uint16_t> returning_;
+  std::vector<int> retry_;
+  SendPool pool_;
+};
+
+void UringLoop::Run() {
+  while (!stop_requested()) {
+    if (RetryDue(Clock::now())) {
+      ClearRetry();
+      recv_backoff_ = false;
+      RetrySends();
+    }
+    if (!recv_armed_ && !recv_backoff_) ArmRecv();
+    if (!doorbell_armed_) ArmDoorbell();
+
+    std::optional<Clock::duration> left;
+    if (auto wake = NextWake()) left = *wake - Clock::now();
+    const bool may_sleep = (!left || *left > Clock::duration::zero()) && PrepareToSleep();
+    if (may_sleep) {
+      __kernel_timespec ts{};
+      if (left) {
+        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(*left).count();
+        ts.tv_sec = ns / 1'000'000'000;
+        ts.tv_nsec = ns % 1'000'000'000;
+      }
+      io_uring_cqe* cqe = nullptr;
+      const int rc =
+          io_uring_submit_and_wait_timeout(&u_->ring, &cqe, 1, left ? &ts : nullptr, nullptr);
+      AfterSleep();
+      Add(counters().wakeups);
+      if (rc < 0 && rc != -ETIME && rc != -EINTR) {
+        RDMAEMU_WARN_LIMITED("io_uring wait: {}", ErrnoText(-rc));
+      }
+    } else {
+      io_uring_submit(&u_->ring);
+    }
+    Reap();
+    const bool delivered = Deliver();
+    MaybeWork(delivered);
+  }
+  Drain();
+}
+
+io_uring_sqe* UringLoop::GetSqe() {
+  for (;;) {
+    if (io_uring_sqe* sqe = io_uring_get_sqe(&u_->ring)) return sqe;
+    // The SQ is full: hand it to the kernel. EBUSY means the CQ overflowed
+    // and must be reaped first.
+    if (io_uring_submit(&u_->ring) == -EBUSY) Reap();
+  }
+}
+
+void UringLoop::ArmRecv() {
+  io_uring_sqe* sqe = GetSqe();
+  io_uring_prep_recvmsg_multishot(sqe, socket_fd(), &recv_msg_, 0);
+  sqe->flags |= IOSQE_BUFFER_SELECT;
+  sqe->buf_group = kBufferGroup;
+  io_uring_sqe_set_data64(sqe, Tag(kRecv));
+  recv_armed_ = true;
+  ++inflight_;
+}
+
+void UringLoop::ArmDoorbell() {
+  io_uring_sqe* sqe = GetSqe();
+  io_uring_prep_read(sqe, doorbell_fd(), &doorbell_value_, sizeof(doorbell_value_), 0);
+  io_uring_sqe_set_data64(sqe, Tag(kDoorbell));
+  doorbell_armed_ = true;
+  ++inflight_;
+}
+
+void UringLoop::Send(const sockaddr_in& to, std::span<const iovec> iov) {
+  CheckLoopThread("Loop::Send");
+  int id = pool_.Acquire(to, iov);
+  if (id < 0) {
+    // Every slot is taken, most of them probably by sends the kernel has
+    // finished but whose completions wait in the CQ: collect those first.
+    io_uring_submit(&u_->ring);
+    Reap();
+    id = pool_.Acquire(to, iov);
+  }
+  if (id < 0) {
+    Add(counters().send_drops);
+    return;
+  }
+  SubmitSend(id);
+}
+
+void UringLoop::SubmitSend(int id) {
+  io_uring_sqe* sqe = GetSqe();
+  io_uring_prep_sendmsg(sqe, socket_fd(), &pool_[id].msg, 0);
+  io_uring_sqe_set_data64(sqe, Tag(kSend, static_cast<uint32_t>(id)));
+  ++inflight_;
+}
+
+void UringLoop::RetrySends() {
+  std::vector<int> again;
+  again.swap(retry_);
+  for (int id : again) SubmitSend(id);
+}
+
+void UringLoop::Reap() {
+  io_uring_cqe* cqes[kCqeBatch];
+  for (int round = 0; round < kReapRounds; ++round) {
+    const unsigned n = io_uring_peek_batch_cqe(&u_->ring, cqes, kCqeBatch);
+    if (n == 0) break;
+    for (unsigned i = 0; i < n; ++i) {
+      const io_uring_cqe& cqe = *cqes[i];
+      switch (static_cast<Kind>(cqe.user_data >> 32)) {
+        case kRecv:
+          HandleRecv(cqe);
+          break;
+        case kDoorbell:
+          // The read of the counter is the whole point; it resets it to 0.
+          doorbell_armed_ = false;
+          --inflight_;
+          break;
+        case kSend:
+          HandleSend(cqe);
+          break;
+        case kCancel:
+          break;
+      }
+    }
+    io_uring_cq_advance(&u_->ring, n);
+  }
+}
+
+void UringLoop::HandleRecv(const io_uring_cqe& cqe) {
+  if (!(cqe.flags & IORING_CQE_F_MORE)) {
+    recv_armed_ = false;
+    --inflight_;
+  }
+  if (cqe.res < 0) {
+    if (cqe.res == -ENOBUFS || cqe.res == -ECANCELED) return;  // re-armed after Deliver
+    // ECONNREFUSED and friends: an ICMP error for an earlier send. Re-arm at
+    // once the first time; back off if the receive keeps failing.
+    Add(counters().receive_errors);
+    Log().debug("multishot recvmsg: {}", ErrnoText(-cqe.res));
+    if (!recv_armed_ && ++recv_error_streak_ > 1) {
+      recv_backoff_ = true;
+      SetRetryAt(Clock::now() + kSendRetryDelay);
+    }
+    return;
+  }
+  recv_error_streak_ = 0;
+  if (!(cqe.flags & IORING_CQE_F_BUFFER)) return;
+  const uint16_t bid = static_cast<uint16_t>(cqe.flags >> IORING_CQE_BUFFER_SHIFT);
+  uint8_t* buf = u_->buffer(bid);
+  io_uring_recvmsg_out* out = io_uring_recvmsg_validate(buf, cqe.res, &recv_msg_);
+  if (out == nullptr || (out->flags & MSG_TRUNC) || out->namelen < sizeof(sockaddr_in)) {
+    Add(counters().receive_errors);
+    RDMAEMU_WARN_LIMITED("dropped a datagram larger than {} bytes (or malformed)",
+                         kReceiveBufferBytes);
+    ReturnBuffers(std::span<const uint16_t>(&bid, 1));
+    return;
+  }
+  Received r{bid, {}};
+  std::memcpy(&r.datagram.src, io_uring_recvmsg_name(out), sizeof(sockaddr_in));
+  r.datagram.dst.s_addr = INADDR_ANY;
+  for (cmsghdr* c = io_uring_recvmsg_cmsg_firsthdr(out, &recv_msg_); c != nullptr;
+       c = io_uring_recvmsg_cmsg_nexthdr(out, &recv_msg_, c)) {
+    if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+      in_pktinfo info;
+      std::memcpy(&info, CMSG_DATA(c), sizeof(info));
+      r.datagram.dst = info.ipi_addr;
+    }
+  }
+  r.datagram.data = {static_cast<const uint8_t*>(io_uring_recvmsg_payload(out, &recv_msg_)),
+                     io_uring_recvmsg_payload_length(out, cqe.res, &recv_msg_)};
+  rx_.push_back(r);
+}
+
+void UringLoop::HandleSend(const io_uring_cqe& cqe) {
+  const int id = static_cast<int>(cqe.user_data & 0xffffffff);
+  --inflight_;
+  if (cqe.res >= 0) {
+    Add(counters().datagrams_sent);
+    Add(counters().bytes_sent, static_cast<uint64_t>(cqe.res));
+  } else if ((cqe.res == -EAGAIN || cqe.res == -ENOBUFS) && !stop_requested()) {
+    // io_uring polls for room itself, so EAGAIN is rare; ENOBUFS has no poll
+    // event at all. Keep the datagram and try again shortly.
+    Add(counters().send_retries);
+    retry_.push_back(id);
+    SetRetryAt(Clock::now() + kSendRetryDelay);
+    return;
+  } else if (cqe.res != -ECANCELED) {
+    // Refused for good (ECONNREFUSED from an ICMP error, EMSGSIZE, ...).
+    Add(counters().send_errors);
+    Log().debug("sendmsg to {}: {}", ToString(pool_[id].to), ErrnoText(-cqe.res));
+  }
+  pool_.Release(id);
+}
+
+bool UringLoop::Deliver() {
+  bool delivered = false;
+  // A Send inside OnDatagrams may reap more datagrams into rx_: they are
+  // delivered by the next pass, never into the vector being handed out.
+  while (!rx_.empty()) {
+    delivering_.swap(rx_);
+    batch_.clear();
+    uint64_t bytes = 0;
+    for (const Received& r : delivering_) {
+      batch_.push_back(r.datagram);
+      bytes += r.datagram.data.size();
+    }
+    Add(counters().datagrams_received, batch_.size());
+    Add(counters().bytes_received, bytes);
+    Add(counters().batches);
+    handler().OnDatagrams(batch_);
+    returning_.clear();
+    for (const Received& r : delivering_) returning_.push_back(r.bid);
+    ReturnBuffers(returning_);
+    delivering_.clear();
+    delivered = true;
+  }
+  return delivered;
+}
+
+void UringLoop::ReturnBuffers(std::span<const uint16_t> bids) {
+  const int mask = io_uring_buf_ring_mask(kBuffers);
+  int offset = 0;
+  for (uint16_t bid : bids) {
+    io_uring_buf_ring_add(u_->buf_ring, u_->buffer(bid), kReceiveBufferBytes, bid, mask, offset++);
+  }
+  io_uring_buf_ring_advance(u_->buf_ring, offset);
+}
+
+// Cancels whatever the kernel still holds and waits for the last completion,
+// so that no request outlives the memory it points into.
+void UringLoop::Drain() {
+  io_uring_sqe* sqe = GetSqe();
+  io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+  io_uring_sqe_set_data64(sqe, Tag(kCancel));
+  const Clock::time_point give_up = Clock::now() + kDrainTimeout;
+  io_uring_submit(&u_->ring);
+  while (inflight_ > 0 && Clock::now() < give_up) {
+    __kernel_timespec ts{.tv_sec = 0, .tv_nsec = 100'000'000};
+    io_uring_cqe* cqe = nullptr;
+    io_uring_submit_and_wait_timeout(&u_->ring, &cqe, 1, &ts, nullptr);
+    Reap();
+  }
+  rx_.clear();
+  if (inflight_ > 0) {
+    // Leak the ring and its buffers rather than free memory the kernel may
+    // still write.
+    Log().warn("io_uring engine: {} requests still pending at exit", inflight_);
+    (void)u_.release();
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Loop>> CreateUringLoop(UdpSocket& socket, LoopHandler* handler,
+                                              const LoopOptions& options) {
+  auto state = SetUp(options);
+  if (!state.ok()) return state.status();
+  return std::unique_ptr<Loop>(new UringLoop(std::move(socket), handler, std::move(state).value()));
+}
+
+}  // namespace rdmaemu::net::internal
