@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <shared_mutex>
 
 #include <fmt/format.h>
 
@@ -32,24 +33,23 @@ Device::Device(DeviceConfig config, int index)
       index_(index),
       node_guid_(Registry::GuidFor(config_.name, index)) {}
 
-Device::~Device() {
-  for (auto& p : ports_) {
-    if (p.fd >= 0) ::close(p.fd);
-  }
-}
+Device::~Device() = default;
 
 Result<std::shared_ptr<Device>> Device::Open(const DeviceConfig& config, int index) {
   std::shared_ptr<Device> dev(new Device(config, index));
   for (size_t i = 0; i < config.ports.size(); ++i) {
     const PortConfig& pc = config.ports[i];
-    auto socket = net::UdpSocket::Bind(pc.address, pc.udp_port);
+    net::UdpSocketOptions options;
+    if (pc.address) options.address = net::ToString(*pc.address);
+    options.port = pc.udp_port;
+    auto socket = net::UdpSocket::Open(options);
     if (!socket.ok()) {
       return Status::Error(socket.status().code(),
                            fmt::format("{} port {}: {}", config.name, i + 1, socket.status().message()));
     }
     Port port;
     port.bound = socket->address();
-    port.fd = socket->Release();
+    port.socket.emplace(std::move(socket).value());
     port.attr.state = pc.active ? PortState::kActive : PortState::kDown;
     port.attr.link_layer = pc.link_layer;
     port.attr.max_mtu = pc.max_mtu;
@@ -59,17 +59,15 @@ Result<std::shared_ptr<Device>> Device::Open(const DeviceConfig& config, int ind
     port.attr.lid = pc.lid;
     port.attr.sm_lid = pc.link_layer == LinkLayer::kInfiniBand ? 1 : 0;
     port.gids[0] = Gid::FromIpv4(port.bound.sin_addr);
-    char text[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &port.bound.sin_addr, text, sizeof text);
-    Log().info("{} port {}: bound {}:{}", config.name, i + 1, text, ntohs(port.bound.sin_port));
-    dev->ports_.push_back(port);
+    Log().info("{} port {}: bound {}", config.name, i + 1, net::ToString(port.bound));
+    dev->ports_.push_back(std::move(port));
   }
   return dev;
 }
 
 sockaddr_in Device::PortAddress(int port) const { return ports_.at(port - 1).bound; }
 
-int Device::PortSocket(int port) const { return ports_.at(port - 1).fd; }
+int Device::PortSocket(int port) const { return ports_.at(port - 1).socket->fd(); }
 
 PortAttr Device::QueryPort(int port) const {
   std::lock_guard lock(mu_);
@@ -105,12 +103,16 @@ int Device::AddListener(Listener listener) {
 }
 
 void Device::RemoveListener(int id) {
+  // Waits for deliveries in progress: after this returns the listener is
+  // never called again, so its owner may be freed.
+  std::unique_lock dispatch(dispatch_mu_);
   std::lock_guard lock(mu_);
   std::erase_if(listeners_, [id](const auto& l) { return l.first == id; });
 }
 
 void Device::Raise(const AsyncEvent& event) {
   // Copy so that listeners run without mu_ (they take their own locks).
+  std::shared_lock dispatch(dispatch_mu_);
   std::vector<Listener> targets;
   {
     std::lock_guard lock(mu_);

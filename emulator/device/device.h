@@ -16,11 +16,15 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
 #include "emulator/base/status.h"
 #include "emulator/device/config.h"
+#include "emulator/net/udp_socket.h"
+#include "emulator/objects/mr.h"
 
 namespace rdmaemu::device {
 
@@ -100,11 +104,13 @@ class Device {
   // Socket fd of a port, for the engine.
   int PortSocket(int port) const;
 
+  objects::MrTable& mrs() { return mrs_; }
+
  private:
   struct Port {
     PortAttr attr;
     std::array<Gid, 16> gids{};
-    int fd = -1;
+    std::optional<net::UdpSocket> socket;
     sockaddr_in bound{};
   };
 
@@ -117,7 +123,10 @@ class Device {
   mutable std::mutex mu_;
   std::vector<Port> ports_;  // guarded by mu_ (attr, gids); fd/bound constant after Open
   std::vector<std::pair<int, Listener>> listeners_;  // guarded by mu_
+  std::shared_mutex dispatch_mu_;  // held shared while listeners run
   int next_listener_id_ = 1;
+
+  objects::MrTable mrs_;
 };
 
 // The devices of this process: the configuration, read once, and the Device

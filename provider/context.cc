@@ -1,0 +1,240 @@
+// Device list, contexts, and the device/port/GID queries.
+#include <arpa/inet.h>
+#include <endian.h>
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+
+#include "emulator/base/log.h"
+#include "emulator/device/attributes.h"
+#include "provider/objects.h"
+#include "provider/ops.h"
+#include "provider/provider.h"
+
+namespace rdmaemu::provider {
+namespace {
+
+EventHooks g_hooks{};
+
+ibv_mtu ToIbvMtu(uint32_t mtu) {
+  switch (mtu) {
+    case 256: return IBV_MTU_256;
+    case 512: return IBV_MTU_512;
+    case 1024: return IBV_MTU_1024;
+    case 2048: return IBV_MTU_2048;
+    default: return IBV_MTU_4096;
+  }
+}
+
+ibv_port_state ToIbvPortState(device::PortState s) {
+  switch (s) {
+    case device::PortState::kDown: return IBV_PORT_DOWN;
+    case device::PortState::kInit: return IBV_PORT_INIT;
+    case device::PortState::kArmed: return IBV_PORT_ARMED;
+    case device::PortState::kActive: return IBV_PORT_ACTIVE;
+  }
+  return IBV_PORT_NOP;
+}
+
+bool IsObjectEvent(device::AsyncEventType t) {
+  using T = device::AsyncEventType;
+  switch (t) {
+    case T::kCqErr: case T::kQpFatal: case T::kQpReqErr: case T::kQpAccessErr:
+    case T::kCommEst: case T::kSqDrained: case T::kPathMig: case T::kPathMigErr:
+    case T::kSrqErr: case T::kSrqLimitReached: case T::kQpLastWqeReached: case T::kWqFatal:
+      return true;
+    case T::kDeviceFatal: case T::kPortActive: case T::kPortErr: case T::kLidChange:
+    case T::kPkeyChange: case T::kSmChange: case T::kClientReregister: case T::kGidChange:
+    case T::kDeviceSpeedChange:
+      return false;
+  }
+  return false;
+}
+
+// Every object event's handle is the ibv_* pointer the application holds;
+// all of them start with their context pointer.
+ibv_context* OwnerOf(const device::AsyncEvent& e) {
+  return *reinterpret_cast<ibv_context* const*>(e.handle);
+}
+
+void Deliver(Context* ctx, const device::AsyncEvent& e) {
+  if (IsObjectEvent(e.type) && OwnerOf(e) != &ctx->vctx.context) return;
+  if (g_hooks.async == nullptr) return;
+  ibv_async_event ev{};
+  ev.event_type = static_cast<ibv_event_type>(e.type);
+  using T = device::AsyncEventType;
+  switch (e.type) {
+    case T::kCqErr:
+      ev.element.cq = reinterpret_cast<ibv_cq*>(e.handle);
+      break;
+    case T::kSrqErr: case T::kSrqLimitReached:
+      ev.element.srq = reinterpret_cast<ibv_srq*>(e.handle);
+      break;
+    case T::kWqFatal:
+      ev.element.wq = reinterpret_cast<ibv_wq*>(e.handle);
+      break;
+    default:
+      if (IsObjectEvent(e.type)) {
+        ev.element.qp = reinterpret_cast<ibv_qp*>(e.handle);
+      } else {
+        ev.element.port_num = e.port;
+      }
+  }
+  g_hooks.async(&ctx->vctx.context, ev);
+}
+
+int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
+                  ibv_device_attr_ex* attr, size_t attr_size) {
+  if (input != nullptr && input->comp_mask != 0) return EINVAL;
+  if (attr_size < sizeof(ibv_device_attr)) return EINVAL;
+  const device::Device& dev = *ToContext(context)->device;
+  ibv_device_attr_ex a{};
+  ibv_device_attr& o = a.orig_attr;
+  std::snprintf(o.fw_ver, sizeof o.fw_ver, "%s", device::kFirmwareVersion);
+  o.node_guid = htobe64(dev.node_guid());
+  o.sys_image_guid = htobe64(dev.node_guid());
+  o.max_mr_size = device::kMaxMrSize;
+  o.page_size_cap = device::kPageSizeCap;
+  o.vendor_id = device::kVendorId;
+  o.vendor_part_id = device::kVendorPartId;
+  o.hw_ver = device::kHwVersion;
+  o.max_qp = device::kMaxQp;
+  o.max_qp_wr = device::kMaxQpWr;
+  o.device_cap_flags = IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVICE_BAD_QKEY_CNTR |
+                       IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_UD_AV_PORT_ENFORCE |
+                       IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
+                       IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE;
+  o.max_sge = device::kMaxSge;
+  o.max_sge_rd = device::kMaxSgeRd;
+  o.max_cq = device::kMaxCq;
+  o.max_cqe = device::kMaxCqe;
+  o.max_mr = device::kMaxMr;
+  o.max_pd = device::kMaxPd;
+  o.max_qp_rd_atom = device::kMaxQpRdAtom;
+  o.max_res_rd_atom = device::kMaxResRdAtom;
+  o.max_qp_init_rd_atom = device::kMaxQpRdAtom;
+  o.atomic_cap = IBV_ATOMIC_HCA;
+  o.max_mw = 0;
+  o.max_mcast_grp = 0;
+  o.max_ah = device::kMaxAh;
+  o.max_srq = device::kMaxSrq;
+  o.max_srq_wr = device::kMaxSrqWr;
+  o.max_srq_sge = device::kMaxSrqSge;
+  o.max_pkeys = device::kMaxPkeys;
+  o.local_ca_ack_delay = device::kLocalCaAckDelay;
+  o.phys_port_cnt = static_cast<uint8_t>(dev.num_ports());
+  // Completion timestamps are CLOCK_MONOTONIC nanoseconds: a 1 GHz clock.
+  a.completion_timestamp_mask = ~uint64_t{0};
+  a.hca_core_clock = 1000000;  // kHz
+  a.phys_port_cnt_ex = static_cast<uint32_t>(dev.num_ports());
+  std::memcpy(attr, &a, std::min(attr_size, sizeof a));
+  return 0;
+}
+
+int QueryPort(ibv_context* context, uint8_t port, ibv_port_attr* attr, size_t attr_size) {
+  const device::Device& dev = *ToContext(context)->device;
+  if (!dev.ValidPort(port)) {
+    Log().warn("ibv_query_port: {} has no port {} (ports are 1..{})", dev.name(), port, dev.num_ports());
+    return EINVAL;
+  }
+  device::PortAttr p = dev.QueryPort(port);
+  const bool roce = p.link_layer == device::LinkLayer::kEthernet;
+  ibv_port_attr a{};
+  a.state = ToIbvPortState(p.state);
+  a.max_mtu = ToIbvMtu(p.max_mtu);
+  a.active_mtu = ToIbvMtu(p.active_mtu);
+  a.gid_tbl_len = device::kGidTableLength;
+  a.port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_SYS_IMAGE_GUID_SUP |
+                     (roce ? IBV_PORT_IP_BASED_GIDS : IBV_PORT_CLIENT_REG_SUP);
+  a.max_msg_sz = device::kMaxMsgSize;
+  a.bad_pkey_cntr = p.bad_pkey_count;
+  a.qkey_viol_cntr = p.qkey_violation_count;
+  a.pkey_tbl_len = device::kMaxPkeys;
+  a.lid = p.lid;
+  a.sm_lid = p.sm_lid;
+  a.lmc = 0;
+  a.max_vl_num = 1;
+  a.active_width = p.width;
+  a.active_speed = p.speed;
+  a.phys_state = p.state == device::PortState::kActive ? 5 /* LinkUp */ : 3 /* Disabled */;
+  a.link_layer = roce ? IBV_LINK_LAYER_ETHERNET : IBV_LINK_LAYER_INFINIBAND;
+  a.flags = roce ? IBV_QPF_GRH_REQUIRED : 0;
+  std::memcpy(attr, &a, std::min(attr_size, sizeof a));
+  return 0;
+}
+
+}  // namespace
+
+const EventHooks& Hooks() { return g_hooks; }
+void SetEventHooks(const EventHooks& hooks) { g_hooks = hooks; }
+
+Result<std::vector<DeviceEntry>> ListDevices() {
+  auto config = device::Registry::Get().config();
+  if (!config.ok()) return config.status();
+  std::vector<DeviceEntry> out;
+  int index = 0;
+  for (const auto& d : (*config)->devices) {
+    out.push_back(DeviceEntry{d.name, device::Registry::GuidFor(d.name, index++)});
+  }
+  return out;
+}
+
+Result<verbs_context*> AllocContext(int index) {
+  auto dev = device::Registry::Get().Acquire(index);
+  if (!dev.ok()) return dev.status();
+  auto* ctx = new Context{};
+  ctx->device = std::move(dev).value();
+  return &ctx->vctx;
+}
+
+void StartContext(verbs_context* vctx) {
+  Context* ctx = reinterpret_cast<Context*>(vctx);
+  ctx->listener_id = ctx->device->AddListener([ctx](const device::AsyncEvent& e) { Deliver(ctx, e); });
+}
+
+void FreeContext(verbs_context* vctx) {
+  Context* ctx = reinterpret_cast<Context*>(vctx);
+  if (ctx->listener_id != 0) ctx->device->RemoveListener(ctx->listener_id);
+  delete ctx;
+}
+
+void InstallOps(verbs_context* vctx) {
+  vctx->query_device_ex = QueryDeviceEx;
+  vctx->query_port = QueryPort;
+  vctx->context.num_comp_vectors = device::kNumCompVectors;
+  InstallCqOps(vctx);
+}
+
+int QueryGidEntry(ibv_context* context, uint32_t port, uint32_t index, ibv_gid_entry* entry) {
+  const device::Device& dev = *ToContext(context)->device;
+  if (port > 255 || !dev.ValidPort(static_cast<int>(port)) || index >= device::kGidTableLength) {
+    return EINVAL;
+  }
+  auto gid = dev.QueryGid(static_cast<int>(port), static_cast<int>(index));
+  if (!gid.ok()) return gid.status().code();
+  std::memset(entry, 0, sizeof *entry);
+  std::memcpy(entry->gid.raw, gid->raw.data(), 16);
+  entry->gid_index = index;
+  entry->port_num = port;
+  entry->gid_type = dev.QueryPort(static_cast<int>(port)).link_layer == device::LinkLayer::kEthernet
+                        ? IBV_GID_TYPE_ROCE_V2
+                        : IBV_GID_TYPE_IB;
+  entry->ndev_ifindex = 0;
+  return 0;
+}
+
+int QueryGidTableLength(ibv_context* context, uint32_t port) {
+  const device::Device& dev = *ToContext(context)->device;
+  if (port > 255 || !dev.ValidPort(static_cast<int>(port))) return -EINVAL;
+  return device::kGidTableLength;
+}
+
+int QueryPkey(ibv_context* context, uint8_t port, int index, uint16_t* pkey_be) {
+  const device::Device& dev = *ToContext(context)->device;
+  if (!dev.ValidPort(port) || index < 0 || index >= device::kMaxPkeys) return EINVAL;
+  *pkey_be = htons(device::kDefaultPkey);
+  return 0;
+}
+
+}  // namespace rdmaemu::provider

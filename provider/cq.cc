@@ -1,0 +1,206 @@
+// Completion queues: creation, the poll paths (classic and extended), arming.
+#include <ctime>
+
+#include "emulator/base/log.h"
+#include "emulator/device/attributes.h"
+#include "provider/objects.h"
+#include "provider/ops.h"
+#include "provider/provider.h"
+
+namespace rdmaemu::provider {
+namespace {
+
+// The device numbers statuses and opcodes as libibverbs does.
+static_assert(static_cast<int>(objects::WcStatus::kGeneralErr) == IBV_WC_GENERAL_ERR);
+static_assert(static_cast<int>(objects::WcStatus::kRnrRetryExcErr) == IBV_WC_RNR_RETRY_EXC_ERR);
+static_assert(static_cast<int>(objects::WcOpcode::kRecvRdmaWithImm) == IBV_WC_RECV_RDMA_WITH_IMM);
+static_assert(static_cast<int>(objects::WcOpcode::kFetchAdd) == IBV_WC_FETCH_ADD);
+static_assert(objects::kWcWithInv == uint32_t{IBV_WC_WITH_INV} && objects::kWcGrh == uint32_t{IBV_WC_GRH});
+
+constexpr uint64_t kSupportedWcFlags = uint64_t{IBV_WC_STANDARD_FLAGS} |
+                                       uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP} |
+                                       uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK};
+
+void ToIbvWc(const objects::Cqe& c, ibv_wc* wc) {
+  wc->wr_id = c.wr_id;
+  wc->status = static_cast<ibv_wc_status>(c.status);
+  wc->opcode = static_cast<ibv_wc_opcode>(c.opcode);
+  wc->vendor_err = c.vendor_err;
+  wc->byte_len = c.byte_len;
+  wc->imm_data = c.imm_data;
+  wc->qp_num = c.qp_num;
+  wc->src_qp = c.src_qp;
+  wc->wc_flags = c.wc_flags;
+  wc->pkey_index = c.pkey_index;
+  wc->slid = c.slid;
+  wc->sl = c.sl;
+  wc->dlid_path_bits = c.dlid_path_bits;
+}
+
+int PollCq(ibv_cq* ibv, int num_entries, ibv_wc* wc) {
+  if (num_entries < 0) return -1;
+  objects::Cqe batch[16];
+  int total = 0;
+  objects::Cq& cq = *ToCq(ibv)->cq;
+  while (total < num_entries) {
+    int want = std::min(num_entries - total, 16);
+    int got = cq.Poll(want, batch);
+    for (int i = 0; i < got; ++i) ToIbvWc(batch[i], &wc[total + i]);
+    total += got;
+    if (got < want) break;
+  }
+  return total;
+}
+
+int ReqNotifyCq(ibv_cq* ibv, int solicited_only) {
+  ToCq(ibv)->cq->Arm(solicited_only != 0);
+  return 0;
+}
+
+// Extended polling (ibv_start_poll / ibv_next_poll / ibv_end_poll).
+void LoadCurrent(Cq* cq) {
+  cq->ibv.wr_id = cq->current.wr_id;
+  cq->ibv.status = static_cast<ibv_wc_status>(cq->current.status);
+}
+
+int StartPoll(ibv_cq_ex* ibv, ibv_poll_cq_attr* attr) {
+  Cq* cq = ToCq(ibv);
+  if (attr != nullptr && attr->comp_mask != 0) return EINVAL;
+  cq->poll_mu.lock();
+  if (!cq->cq->Peek(&cq->current)) {
+    cq->poll_mu.unlock();
+    return ENOENT;
+  }
+  LoadCurrent(cq);
+  return 0;
+}
+
+int NextPoll(ibv_cq_ex* ibv) {
+  Cq* cq = ToCq(ibv);
+  cq->cq->Pop();
+  if (!cq->cq->Peek(&cq->current)) return ENOENT;
+  LoadCurrent(cq);
+  return 0;
+}
+
+void EndPoll(ibv_cq_ex* ibv) {
+  Cq* cq = ToCq(ibv);
+  cq->cq->Pop();
+  cq->poll_mu.unlock();
+}
+
+enum ibv_wc_opcode ReadOpcode(ibv_cq_ex* c) { return static_cast<ibv_wc_opcode>(ToCq(c)->current.opcode); }
+uint32_t ReadVendorErr(ibv_cq_ex* c) { return ToCq(c)->current.vendor_err; }
+uint32_t ReadByteLen(ibv_cq_ex* c) { return ToCq(c)->current.byte_len; }
+__be32 ReadImmData(ibv_cq_ex* c) { return ToCq(c)->current.imm_data; }
+uint32_t ReadQpNum(ibv_cq_ex* c) { return ToCq(c)->current.qp_num; }
+uint32_t ReadSrcQp(ibv_cq_ex* c) { return ToCq(c)->current.src_qp; }
+unsigned int ReadWcFlags(ibv_cq_ex* c) { return ToCq(c)->current.wc_flags; }
+uint32_t ReadSlid(ibv_cq_ex* c) { return ToCq(c)->current.slid; }
+uint8_t ReadSl(ibv_cq_ex* c) { return ToCq(c)->current.sl; }
+uint8_t ReadDlidPathBits(ibv_cq_ex* c) { return ToCq(c)->current.dlid_path_bits; }
+uint64_t ReadCompletionTs(ibv_cq_ex* c) { return ToCq(c)->current.timestamp_ns; }
+uint64_t ReadCompletionWallclockNs(ibv_cq_ex* c) {
+  // Timestamps are taken on CLOCK_MONOTONIC; shift by the clocks' offset now.
+  timespec mono, real;
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  clock_gettime(CLOCK_REALTIME, &real);
+  int64_t offset = (int64_t{real.tv_sec} - mono.tv_sec) * 1000000000 + (real.tv_nsec - mono.tv_nsec);
+  return ToCq(c)->current.timestamp_ns + static_cast<uint64_t>(offset);
+}
+// Not supported (creation refuses these flags); present so no slot is NULL.
+uint16_t ReadCvlan(ibv_cq_ex*) { return 0; }
+uint32_t ReadFlowTag(ibv_cq_ex*) { return 0; }
+void ReadTmInfo(ibv_cq_ex*, ibv_wc_tm_info* info) { *info = ibv_wc_tm_info{}; }
+
+int ModifyCq(ibv_cq*, ibv_modify_cq_attr*) { return EOPNOTSUPP; }
+
+}  // namespace
+
+void InstallCqOps(verbs_context* vctx) {
+  vctx->context.ops.poll_cq = PollCq;
+  vctx->context.ops.req_notify_cq = ReqNotifyCq;
+  vctx->modify_cq = ModifyCq;
+}
+
+Result<ibv_cq_ex*> CreateCq(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
+  if (attr.cqe < 1 || attr.cqe > static_cast<uint32_t>(device::kMaxCqe)) {
+    Log().warn("ibv_create_cq: cqe={} is outside 1..{} (max_cqe)", attr.cqe, device::kMaxCqe);
+    return InvalidArgument("cqe out of range");
+  }
+  if (attr.comp_vector >= static_cast<uint32_t>(context->num_comp_vectors)) {
+    Log().warn("ibv_create_cq: comp_vector={} but the context has {} completion vectors",
+               attr.comp_vector, context->num_comp_vectors);
+    return InvalidArgument("comp_vector out of range");
+  }
+  if (attr.channel != nullptr && attr.channel->context != context) {
+    Log().warn("ibv_create_cq: the completion channel belongs to another context");
+    return InvalidArgument("channel of another context");
+  }
+  if (attr.wc_flags & ~kSupportedWcFlags) {
+    Log().warn("ibv_create_cq_ex: wc_flags {:#x} are not supported (supported: {:#x})",
+               attr.wc_flags & ~kSupportedWcFlags, kSupportedWcFlags);
+    return NotSupported("wc_flags");
+  }
+  if (attr.comp_mask & ~(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) {
+    return NotSupported("comp_mask");
+  }
+  if ((attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+      (attr.flags & ~(IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN))) {
+    return NotSupported("flags");
+  }
+  if (attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) return NotSupported("parent domains");
+
+  auto* cq = new Cq{};
+  ibv_cq* base = reinterpret_cast<ibv_cq*>(&cq->ibv);
+  cq->cq = std::make_unique<objects::Cq>(attr.cqe, [base] {
+    if (base->channel != nullptr && Hooks().completion != nullptr) Hooks().completion(base);
+  });
+  cq->wc_flags = attr.wc_flags;
+  cq->ibv.context = context;
+  cq->ibv.cqe = static_cast<int>(attr.cqe);
+  cq->ibv.start_poll = StartPoll;
+  cq->ibv.next_poll = NextPoll;
+  cq->ibv.end_poll = EndPoll;
+  cq->ibv.read_opcode = ReadOpcode;
+  cq->ibv.read_vendor_err = ReadVendorErr;
+  cq->ibv.read_byte_len = ReadByteLen;
+  cq->ibv.read_imm_data = ReadImmData;
+  cq->ibv.read_qp_num = ReadQpNum;
+  cq->ibv.read_src_qp = ReadSrcQp;
+  cq->ibv.read_wc_flags = ReadWcFlags;
+  cq->ibv.read_slid = ReadSlid;
+  cq->ibv.read_sl = ReadSl;
+  cq->ibv.read_dlid_path_bits = ReadDlidPathBits;
+  cq->ibv.read_completion_ts = ReadCompletionTs;
+  cq->ibv.read_completion_wallclock_ns = ReadCompletionWallclockNs;
+  cq->ibv.read_cvlan = ReadCvlan;
+  cq->ibv.read_flow_tag = ReadFlowTag;
+  cq->ibv.read_tm_info = ReadTmInfo;
+  return &cq->ibv;
+}
+
+int ResizeCq(ibv_cq* ibv, int cqe) {
+  if (cqe < 1 || cqe > device::kMaxCqe) {
+    Log().warn("ibv_resize_cq: cqe={} is outside 1..{}", cqe, device::kMaxCqe);
+    return EINVAL;
+  }
+  Status s = ToCq(ibv)->cq->Resize(static_cast<uint32_t>(cqe));
+  if (!s.ok()) {
+    Log().warn("ibv_resize_cq: {}", s.message());
+    return s.code();
+  }
+  ibv->cqe = cqe;
+  return 0;
+}
+
+int DetachCq(ibv_cq* ibv) {
+  // TODO(issue 3): EBUSY while a QP, SRQ or WQ still uses the CQ, and stop
+  // the engine from completing into it.
+  (void)ibv;
+  return 0;
+}
+
+void FreeCq(ibv_cq* ibv) { delete ToCq(ibv); }
+
+}  // namespace rdmaemu::provider

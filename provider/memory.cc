@@ -1,0 +1,131 @@
+// Protection domains and memory regions.
+#include <atomic>
+
+#include "emulator/base/log.h"
+#include "emulator/device/attributes.h"
+#include "provider/objects.h"
+#include "provider/provider.h"
+
+namespace rdmaemu::provider {
+namespace {
+
+std::atomic<uint32_t> g_next_pd_handle{1};
+std::atomic<int> g_live_pds{0};
+
+constexpr unsigned kIbvKnownAccess =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+    IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
+    IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING;
+
+// libibverbs' access bits are the IBTA ones, and so the device's.
+static_assert(uint32_t{IBV_ACCESS_LOCAL_WRITE} == objects::kLocalWrite);
+static_assert(uint32_t{IBV_ACCESS_REMOTE_WRITE} == objects::kRemoteWrite);
+static_assert(uint32_t{IBV_ACCESS_REMOTE_READ} == objects::kRemoteRead);
+static_assert(uint32_t{IBV_ACCESS_REMOTE_ATOMIC} == objects::kRemoteAtomic);
+static_assert(uint32_t{IBV_ACCESS_MW_BIND} == objects::kMwBind);
+static_assert(uint32_t{IBV_ACCESS_ZERO_BASED} == objects::kZeroBased);
+static_assert(uint32_t{IBV_ACCESS_ON_DEMAND} == objects::kOnDemand);
+static_assert(uint32_t{IBV_ACCESS_HUGETLB} == objects::kHugetlb);
+static_assert(uint32_t{IBV_ACCESS_RELAXED_ORDERING} == objects::kRelaxedOrdering);
+
+// The optional-range bits (IBV_ACCESS_OPTIONAL_RANGE) are hints a device may
+// ignore; relaxed ordering is one of them and means nothing here.
+unsigned StripOptional(unsigned access) { return access & ~IBV_ACCESS_OPTIONAL_RANGE; }
+
+Context* ContextOf(ibv_pd* pd) { return ToContext(pd->context); }
+
+}  // namespace
+
+Result<ibv_pd*> AllocPd(ibv_context* context) {
+  if (g_live_pds.fetch_add(1) >= device::kMaxPd) {
+    g_live_pds.fetch_sub(1);
+    return NoMemory("all protection domains are in use");
+  }
+  auto* pd = new Pd{};
+  pd->ibv.context = context;
+  pd->handle = g_next_pd_handle.fetch_add(1);
+  pd->ibv.handle = pd->handle;
+  return &pd->ibv;
+}
+
+int DeallocPd(ibv_pd* ibv) {
+  // TODO(issue 3): EBUSY while QPs, SRQs, AHs or MRs still use the PD.
+  delete ToPd(ibv);
+  g_live_pds.fetch_sub(1);
+  return 0;
+}
+
+Result<ibv_mr*> RegMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
+  unsigned unknown = StripOptional(access) & ~kIbvKnownAccess;
+  if (unknown) {
+    Log().warn("ibv_reg_mr: unknown access flags {:#x}", unknown);
+    return InvalidArgument("unknown access flags");
+  }
+  auto& table = ContextOf(pd)->device->mrs();
+  auto mr = table.Register(ToPd(pd)->handle, addr, length, iova,
+                           access & kIbvKnownAccess & ~IBV_ACCESS_RELAXED_ORDERING);
+  if (!mr.ok()) {
+    Log().warn("ibv_reg_mr(addr={}, length={}, access={:#x}): {}", addr, length, access,
+               mr.status().message());
+    return mr.status();
+  }
+  auto* out = new Mr{};
+  out->mr = *mr;
+  out->ibv.context = pd->context;
+  out->ibv.pd = pd;
+  out->ibv.addr = addr;
+  out->ibv.length = length;
+  out->ibv.handle = (*mr)->lkey;
+  out->ibv.lkey = (*mr)->lkey;
+  out->ibv.rkey = (*mr)->rkey;
+  return &out->ibv;
+}
+
+int ReregMr(ibv_mr* ibv, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
+  Mr* mr = ToMr(ibv);
+  if (flags & ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD |
+                IBV_REREG_MR_CHANGE_ACCESS)) {
+    Log().warn("ibv_rereg_mr: unknown flags {:#x}", flags);
+    return EINVAL;
+  }
+  if (flags == 0) return EINVAL;
+  ibv_pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : ibv->pd;
+  if (new_pd == nullptr) return EINVAL;
+  void* new_addr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : ibv->addr;
+  size_t new_len = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : ibv->length;
+  unsigned new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS)
+                            ? static_cast<unsigned>(access)
+                            : mr->mr->access;
+  unsigned unknown = StripOptional(new_access) & ~kIbvKnownAccess;
+  if (unknown) return EINVAL;
+  uint64_t iova = (flags & IBV_REREG_MR_CHANGE_TRANSLATION)
+                      ? reinterpret_cast<uintptr_t>(addr)
+                      : mr->mr->iova;
+  auto& table = ContextOf(ibv->pd)->device->mrs();
+  auto fresh = table.Reregister(mr->mr->lkey, ToPd(new_pd)->handle, new_addr, new_len, iova,
+                                new_access & kIbvKnownAccess & ~IBV_ACCESS_RELAXED_ORDERING);
+  if (!fresh.ok()) {
+    Log().warn("ibv_rereg_mr: {}", fresh.status().message());
+    return fresh.status().code();
+  }
+  mr->mr = *fresh;
+  ibv->pd = new_pd;
+  ibv->addr = new_addr;
+  ibv->length = new_len;
+  ibv->handle = ibv->lkey = (*fresh)->lkey;
+  ibv->rkey = (*fresh)->rkey;
+  return 0;
+}
+
+int DeregMr(ibv_mr* ibv) {
+  Mr* mr = ToMr(ibv);
+  Status s = ContextOf(ibv->pd)->device->mrs().Deregister(mr->mr->lkey);
+  if (!s.ok()) {
+    Log().warn("ibv_dereg_mr: {}", s.message());
+    return s.code();
+  }
+  delete mr;
+  return 0;
+}
+
+}  // namespace rdmaemu::provider

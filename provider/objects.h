@@ -1,0 +1,56 @@
+// Provider objects: each embeds the rdma-core struct the application holds
+// as its first member, and is recovered from that pointer (as in rdma-core's
+// providers).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+
+#include "emulator/device/device.h"
+#include "emulator/objects/cq.h"
+#include "emulator/objects/mr.h"
+#include "provider/provider.h"
+
+namespace rdmaemu::provider {
+
+struct Context {
+  verbs_context vctx;  // must be first
+  std::shared_ptr<device::Device> device;
+  int listener_id = 0;
+};
+
+struct Pd {
+  ibv_pd ibv;  // must be first
+  uint32_t handle = 0;
+};
+
+struct Mr {
+  ibv_mr ibv;  // must be first
+  std::shared_ptr<const objects::Mr> mr;
+};
+
+struct Cq {
+  ibv_cq_ex ibv;  // must be first; ibv_cq_ex starts with ibv_cq's fields
+  std::unique_ptr<objects::Cq> cq;
+  uint64_t wc_flags = 0;
+  // Extended polling: the CQE between start_poll and next/end_poll, and the
+  // lock that makes one start..end sequence exclusive, as rxe's provider does.
+  std::mutex poll_mu;
+  objects::Cqe current;
+};
+
+inline Context* ToContext(ibv_context* c) {
+  return reinterpret_cast<Context*>(reinterpret_cast<char*>(c) - offsetof(verbs_context, context));
+}
+inline Pd* ToPd(ibv_pd* p) { return reinterpret_cast<Pd*>(p); }
+inline Mr* ToMr(ibv_mr* m) { return reinterpret_cast<Mr*>(m); }
+inline Cq* ToCq(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
+inline Cq* ToCq(ibv_cq_ex* c) { return reinterpret_cast<Cq*>(c); }
+
+// The hooks SetEventHooks installed.
+const EventHooks& Hooks();
+
+}  // namespace rdmaemu::provider

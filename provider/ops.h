@@ -1,0 +1,10 @@
+// Internal: each provider module installs its own op slots.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+namespace rdmaemu::provider {
+
+void InstallCqOps(verbs_context* vctx);
+
+}  // namespace rdmaemu::provider

@@ -1,0 +1,63 @@
+// The provider: the driver for the emulated device, as librxe or libmlx5 are
+// for theirs. libibverbs (verbs/) reaches it through this header and through
+// the op slots InstallOps fills; it reaches the device through emulator/.
+//
+// Error convention at this boundary: int functions return 0 or an errno
+// value; pointer functions return Result<T*> whose Status carries the errno.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "emulator/base/status.h"
+
+namespace rdmaemu::provider {
+
+struct DeviceEntry {
+  std::string name;
+  uint64_t guid;  // host order
+};
+
+// The configured devices, in order; an invalid configuration is an error.
+Result<std::vector<DeviceEntry>> ListDevices();
+
+// How the provider hands events to libibverbs' queues. Set once, before any
+// context is opened; called from the engine thread or the control plane.
+struct EventHooks {
+  void (*completion)(ibv_cq* cq);  // cq->channel is non-NULL
+  void (*async)(ibv_context* context, const ibv_async_event& event);
+};
+void SetEventHooks(const EventHooks& hooks);
+
+// Opens configured device `index`: a zeroed object whose first member is the
+// verbs_context the library initialises; then InstallOps overwrites the op
+// slots the provider implements; then StartContext begins event delivery.
+Result<verbs_context*> AllocContext(int index);
+void InstallOps(verbs_context* vctx);
+void StartContext(verbs_context* vctx);
+void FreeContext(verbs_context* vctx);
+
+// Verbs that are exported functions in libibverbs (no op slot of their own).
+int QueryGidEntry(ibv_context* context, uint32_t port, uint32_t index, ibv_gid_entry* entry);
+int QueryGidTableLength(ibv_context* context, uint32_t port);
+int QueryPkey(ibv_context* context, uint8_t port, int index, uint16_t* pkey_be);
+
+Result<ibv_pd*> AllocPd(ibv_context* context);
+int DeallocPd(ibv_pd* pd);
+Result<ibv_mr*> RegMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
+int ReregMr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access);
+int DeregMr(ibv_mr* mr);
+
+// The library initialises the public CQ fields (verbs_init_cq) afterwards.
+Result<ibv_cq_ex*> CreateCq(ibv_context* context, const ibv_cq_init_attr_ex& attr);
+int ResizeCq(ibv_cq* cq, int cqe);
+// Destroying is two steps so that libibverbs can wait for event
+// acknowledgements in between: Detach stops every new completion and event
+// for the CQ (or fails with EBUSY while it is in use); Free releases it.
+int DetachCq(ibv_cq* cq);
+void FreeCq(ibv_cq* cq);
+
+}  // namespace rdmaemu::provider

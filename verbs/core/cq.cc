@@ -1,0 +1,177 @@
+// Completion queues and completion channels, and the event get/ack verbs.
+#include <pthread.h>
+#include <time.h>
+
+#include <cerrno>
+
+#include "emulator/base/log.h"
+#include "provider/provider.h"
+#include "verbs/core/library.h"
+
+namespace rdmaemu::verbs {
+
+void WaitForAcks(pthread_mutex_t* mutex, pthread_cond_t* cond, const unsigned* completed,
+                 unsigned reported, const unsigned* completed2, unsigned reported2,
+                 const char* what, const void* object) {
+  pthread_mutex_lock(mutex);
+  bool warned = false;
+  timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += 1;
+  // Compared with != as rdma-core does: acknowledging more events than were
+  // read hangs too, which is the application's bug to see.
+  while (*completed != reported || (completed2 != nullptr && *completed2 != reported2)) {
+    if (warned) {
+      pthread_cond_wait(cond, mutex);
+      continue;
+    }
+    if (pthread_cond_timedwait(cond, mutex, &deadline) == ETIMEDOUT) {
+      unsigned missing = reported - *completed;
+      if (completed2 != nullptr) missing += reported2 - *completed2;
+      Log().warn("{} {}: destroy is waiting for {} unacknowledged event(s): every event "
+                 "returned by ibv_get_*_event must be acknowledged (ibv_ack_*_event[s])",
+                 what, object, missing);
+      warned = true;
+    }
+  }
+  pthread_mutex_unlock(mutex);
+}
+
+ibv_cq_ex* LibCreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+  if (attr->wc_flags & ~uint64_t{IBV_CREATE_CQ_SUP_WC_FLAGS}) return FailWith<ibv_cq_ex>(EOPNOTSUPP);
+  auto created = provider::CreateCq(context, *attr);
+  if (!created.ok()) return FailWith<ibv_cq_ex>(created.status().code());
+  ibv_cq* cq = ibv_cq_ex_to_cq(*created);
+  cq->context = context;
+  cq->cq_context = attr->cq_context;
+  cq->comp_events_completed = 0;
+  cq->async_events_completed = 0;
+  pthread_mutex_init(&cq->mutex, nullptr);
+  pthread_cond_init(&cq->cond, nullptr);
+  pthread_mutex_lock(&context->mutex);
+  cq->channel = attr->channel;
+  if (attr->channel != nullptr) ++attr->channel->refcnt;
+  pthread_mutex_unlock(&context->mutex);
+  return *created;
+}
+
+}  // namespace rdmaemu::verbs
+
+using namespace rdmaemu;
+using namespace rdmaemu::verbs;
+
+extern "C" {
+
+ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
+  auto* channel = new CompChannel();
+  if (Status s = channel->events.Open(); !s.ok()) {
+    delete channel;
+    return FailWith<ibv_comp_channel>(s.code());
+  }
+  channel->ibv.context = context;
+  channel->ibv.fd = channel->events.fd();
+  channel->ibv.refcnt = 0;
+  return &channel->ibv;
+}
+
+int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
+  ibv_context* context = channel->context;
+  pthread_mutex_lock(&context->mutex);
+  if (channel->refcnt != 0) {
+    pthread_mutex_unlock(&context->mutex);
+    Log().warn("ibv_destroy_comp_channel: {} CQ(s) still use channel fd {}; destroy them first",
+               channel->refcnt, channel->fd);
+    return EBUSY;
+  }
+  pthread_mutex_unlock(&context->mutex);
+  delete ToChannel(channel);
+  return 0;
+}
+
+ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
+                      int comp_vector) {
+  if (cqe < 1 || comp_vector < 0) return FailWith<ibv_cq>(EINVAL);
+  ibv_cq_init_attr_ex attr{};
+  attr.cqe = static_cast<uint32_t>(cqe);
+  attr.cq_context = cq_context;
+  attr.channel = channel;
+  attr.comp_vector = static_cast<uint32_t>(comp_vector);
+  ibv_cq_ex* cq = LibCreateCqEx(context, &attr);
+  return cq == nullptr ? nullptr : ibv_cq_ex_to_cq(cq);
+}
+
+int ibv_resize_cq(ibv_cq* cq, int cqe) { return provider::ResizeCq(cq, cqe); }
+
+int ibv_destroy_cq(ibv_cq* cq) {
+  ibv_context* context = cq->context;
+  ibv_comp_channel* channel = cq->channel;
+  if (int rc = provider::DetachCq(cq); rc != 0) return rc;
+  unsigned comp_reported = channel != nullptr ? ToChannel(channel)->events.Discard(cq) : 0;
+  unsigned async_reported = Private(context)->async_events.Discard(cq);
+  WaitForAcks(&cq->mutex, &cq->cond, &cq->comp_events_completed, comp_reported,
+              &cq->async_events_completed, async_reported, "cq", cq);
+  if (channel != nullptr) {
+    pthread_mutex_lock(&context->mutex);
+    --channel->refcnt;
+    pthread_mutex_unlock(&context->mutex);
+  }
+  provider::FreeCq(cq);
+  return 0;
+}
+
+int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+  ibv_async_event ev;
+  if (ToChannel(channel)->events.Get(&ev) != 0) return -1;
+  *cq = ev.element.cq;
+  *cq_context = (*cq)->cq_context;
+  return 0;
+}
+
+void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
+  pthread_mutex_lock(&cq->mutex);
+  cq->comp_events_completed += nevents;
+  pthread_cond_signal(&cq->cond);
+  pthread_mutex_unlock(&cq->mutex);
+}
+
+int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
+  return Private(context)->async_events.Get(event);
+}
+
+void ibv_ack_async_event(ibv_async_event* event) {
+  pthread_mutex_t* mutex = nullptr;
+  pthread_cond_t* cond = nullptr;
+  unsigned* counter = nullptr;
+  switch (event->event_type) {
+    case IBV_EVENT_CQ_ERR: {
+      ibv_cq* cq = event->element.cq;
+      mutex = &cq->mutex, cond = &cq->cond, counter = &cq->async_events_completed;
+      break;
+    }
+    case IBV_EVENT_QP_FATAL: case IBV_EVENT_QP_REQ_ERR: case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST: case IBV_EVENT_SQ_DRAINED: case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR: case IBV_EVENT_QP_LAST_WQE_REACHED: {
+      ibv_qp* qp = event->element.qp;
+      mutex = &qp->mutex, cond = &qp->cond, counter = &qp->events_completed;
+      break;
+    }
+    case IBV_EVENT_SRQ_ERR: case IBV_EVENT_SRQ_LIMIT_REACHED: {
+      ibv_srq* srq = event->element.srq;
+      mutex = &srq->mutex, cond = &srq->cond, counter = &srq->events_completed;
+      break;
+    }
+    case IBV_EVENT_WQ_FATAL: {
+      ibv_wq* wq = event->element.wq;
+      mutex = &wq->mutex, cond = &wq->cond, counter = &wq->events_completed;
+      break;
+    }
+    default:
+      return;  // port and device events carry no counter
+  }
+  pthread_mutex_lock(mutex);
+  ++*counter;
+  pthread_cond_signal(cond);
+  pthread_mutex_unlock(mutex);
+}
+
+}  // extern "C"

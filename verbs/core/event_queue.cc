@@ -1,0 +1,93 @@
+#include "verbs/core/event_queue.h"
+
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "emulator/base/log.h"
+
+namespace rdmaemu::verbs {
+
+EventQueue::~EventQueue() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status EventQueue::Open() {
+  fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+  if (fd_ < 0) return Status::Error(errno, std::string("eventfd: ") + std::strerror(errno));
+  return Status::Ok();
+}
+
+void EventQueue::Push(const ibv_async_event& event, const void* object) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(Entry{event, object});
+  }
+  uint64_t one = 1;
+  // Cannot fail short of the counter overflowing 2^64-2 events.
+  if (::write(fd_, &one, sizeof one) != sizeof one) {
+    Log().error("event queue: eventfd write failed: {}", std::strerror(errno));
+  }
+}
+
+int EventQueue::Get(ibv_async_event* event) {
+  for (;;) {
+    uint64_t count;
+    ssize_t n = ::read(fd_, &count, sizeof count);
+    if (n != sizeof count) {
+      if (n >= 0) errno = EIO;
+      return -1;
+    }
+    std::lock_guard lock(mu_);
+    // Empty: our event was discarded by a destroy after we took its count.
+    // Wait for the next one, as the kernel's reader does.
+    if (queue_.empty()) continue;
+    Entry e = queue_.front();
+    queue_.pop_front();
+    if (e.object != nullptr) ++reported_[e.object];
+    *event = e.event;
+    return 0;
+  }
+}
+
+void EventQueue::TakeBackCount() {
+  // The application may have left the fd blocking; make this one read
+  // non-blocking. EAGAIN means a reader already holds the count and will
+  // find the queue shorter and wait again.
+  int flags = ::fcntl(fd_, F_GETFL);
+  bool toggled = flags >= 0 && !(flags & O_NONBLOCK);
+  if (toggled) ::fcntl(fd_, F_SETFL, flags | O_NONBLOCK);
+  uint64_t count;
+  (void)!::read(fd_, &count, sizeof count);
+  if (toggled) ::fcntl(fd_, F_SETFL, flags);
+}
+
+uint32_t EventQueue::Discard(const void* object) {
+  std::lock_guard lock(mu_);
+  size_t removed = 0;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (it->object == object) {
+      it = queue_.erase(it);
+      ++removed;
+    } else {
+      ++it;
+    }
+  }
+  for (size_t i = 0; i < removed; ++i) TakeBackCount();
+  uint32_t reported = 0;
+  if (auto it = reported_.find(object); it != reported_.end()) {
+    reported = it->second;
+    reported_.erase(it);
+  }
+  return reported;
+}
+
+size_t EventQueue::size() const {
+  std::lock_guard lock(mu_);
+  return queue_.size();
+}
+
+}  // namespace rdmaemu::verbs

@@ -1,0 +1,66 @@
+// EventQueue: the queue behind a completion channel's fd and a context's
+// async_fd, with the semantics of the kernel's uverbs event files.
+//
+// The fd is an eventfd in semaphore mode whose counter equals the number of
+// queued events (plus readers between their read() and taking the lock), so
+// poll/epoll report readiness exactly while an event is queued, a blocking
+// get sleeps in read(), and O_NONBLOCK set by the application with fcntl
+// turns an empty get into EAGAIN. Each read takes one count, so each event
+// goes to exactly one caller however many threads wait.
+//
+// "Reported" counts, per object, the events the application has taken; a
+// destroy waits until its acks equal that count. Events discarded at destroy
+// were never reported and give their counts back.
+//
+// Thread safety: every method may be called from any thread.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+
+#include "emulator/base/status.h"
+
+namespace rdmaemu::verbs {
+
+class EventQueue {
+ public:
+  EventQueue() = default;
+  ~EventQueue();
+  EventQueue(const EventQueue&) = delete;
+  EventQueue& operator=(const EventQueue&) = delete;
+
+  Status Open();
+  int fd() const { return fd_; }
+
+  // `object` is the pointer whose reported count the event adds to when it
+  // is taken (the CQ, QP, SRQ or WQ), or nullptr for port/device events.
+  void Push(const ibv_async_event& event, const void* object);
+
+  // Takes the oldest event: blocks unless the fd is O_NONBLOCK. Returns 0,
+  // or -1 with errno (EAGAIN, EINTR, …) as read() sets it.
+  int Get(ibv_async_event* event);
+
+  // Removes the object's queued events and returns how many events of it
+  // the application has taken over the object's life.
+  uint32_t Discard(const void* object);
+
+  size_t size() const;
+
+ private:
+  struct Entry {
+    ibv_async_event event;
+    const void* object;
+  };
+  void TakeBackCount();
+
+  int fd_ = -1;
+  mutable std::mutex mu_;
+  std::deque<Entry> queue_;                               // guarded by mu_
+  std::unordered_map<const void*, uint32_t> reported_;   // guarded by mu_
+};
+
+}  // namespace rdmaemu::verbs

@@ -1,0 +1,49 @@
+// libibverbs' own per-object state, beside what the provider keeps.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include "verbs/core/event_queue.h"
+
+// The library-private part of a context (verbs.h declares the type and
+// leaves it to the library, as rdma-core does).
+struct verbs_ex_private {
+  rdmaemu::verbs::EventQueue async_events;
+};
+
+namespace rdmaemu::verbs {
+
+struct CompChannel {
+  ibv_comp_channel ibv;  // must be first
+  EventQueue events;
+};
+
+inline CompChannel* ToChannel(ibv_comp_channel* c) { return reinterpret_cast<CompChannel*>(c); }
+inline verbs_context* ToVerbsContext(ibv_context* c) {
+  return reinterpret_cast<verbs_context*>(reinterpret_cast<char*>(c) -
+                                          offsetof(verbs_context, context));
+}
+inline verbs_ex_private* Private(ibv_context* c) { return ToVerbsContext(c)->priv; }
+
+// Fills every op slot with a clean EOPNOTSUPP failure (dummy_ops.cc).
+void InstallDummyOps(verbs_context* vctx);
+
+// The library's create_cq_ex slot: checks, asks the provider, then sets up
+// the public CQ fields as rdma-core's verbs_init_cq does (cq.cc).
+ibv_cq_ex* LibCreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr);
+
+// Sets errno and returns NULL: the failure convention of pointer verbs.
+template <typename T>
+T* FailWith(int error) {
+  errno = error;
+  return nullptr;
+}
+
+// Waits, as rdma-core's destroy does, until `*completed == reported` under
+// the object's mutex; logs once after a second that the destroy is waiting
+// for unacknowledged events (the most common bug in event code).
+void WaitForAcks(pthread_mutex_t* mutex, pthread_cond_t* cond, const unsigned* completed,
+                 unsigned reported, const unsigned* completed2, unsigned reported2,
+                 const char* what, const void* object);
+
+}  // namespace rdmaemu::verbs
