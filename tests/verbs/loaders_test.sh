@@ -41,7 +41,7 @@ run() {
   ran=$((ran + 1))
   local out="$tmp/$name.out" dbg="$tmp/$name.ld"
   LD_LIBRARY_PATH="$libdir" LD_DEBUG=files LD_DEBUG_OUTPUT="$dbg" RDMAEMU_LOG=warn \
-    timeout 60 "$@" > "$out" 2>&1
+    timeout 20 "$@" > "$out" 2>&1
   local rc=$?
   local errors
   errors=$(lookup_errors "$out")
