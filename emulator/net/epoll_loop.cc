@@ -163,7 +163,7 @@ bool EpollLoop::ReceiveAll() {
       d.data = {static_cast<const uint8_t*>(iovs_[i].iov_base), msgs_[i].msg_len};
       bytes += msgs_[i].msg_len;
     }
-    if (count > 0) {
+    if (count > 0 && !stop_requested()) {
       Add(counters().datagrams_received, count);
       Add(counters().bytes_received, bytes);
       Add(counters().batches);

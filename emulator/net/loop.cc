@@ -188,6 +188,7 @@ std::optional<Clock::time_point> LoopBase::NextWake() const {
 }
 
 void LoopBase::MaybeWork(bool delivered) {
+  if (stop_requested()) return;
   const bool rang = TakeRing();
   const Clock::time_point now = Clock::now();
   if (delivered || rang || (deadline_ && now >= *deadline_)) {

@@ -123,7 +123,8 @@ class Loop {
   // Spawns the thread. Call once.
   virtual void Start() = 0;
   // Wakes the thread and joins it. Idempotent; the destructor calls it.
-  // Datagrams still queued for sending are discarded.
+  // Once Stop has begun the handler is not called again. Datagrams still
+  // queued for sending are discarded.
   virtual void Stop() = 0;
   // Any thread: asks for an OnWork call soon. Costs no system call while the
   // loop is awake; writes the doorbell eventfd only when it sleeps.

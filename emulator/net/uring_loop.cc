@@ -429,6 +429,7 @@ void UringLoop::HandleSend(const io_uring_cqe& cqe) {
 
 bool UringLoop::Deliver() {
   bool delivered = false;
+  if (stop_requested()) rx_.clear();  // Drain returns the buffers with the ring
   // A Send inside OnDatagrams may reap more datagrams into rx_: they are
   // delivered by the next pass, never into the vector being handed out.
   while (!rx_.empty()) {

@@ -1,0 +1,518 @@
+// The engine loop, run on both backends: two loops on automatic loopback
+// addresses talk to each other; the doorbell, deadlines, Stop and idleness
+// are measured on the loop thread itself.
+#include "emulator/net/loop.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "emulator/net/udp_socket.h"
+#include "tests/emulator/net/loop_test_util.h"
+
+namespace rdmaemu::net {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Clock;
+using testing::FnHandler;
+using testing::Iov;
+using testing::kTestPort;
+using testing::WaitUntil;
+
+bool SameEndpoint(const sockaddr_in& a, const sockaddr_in& b) {
+  return a.sin_addr.s_addr == b.sin_addr.s_addr && a.sin_port == b.sin_port;
+}
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// True if this kernel lets us run the io_uring backend.
+bool UringWorksHere() {
+  static const bool works = [] {
+    auto s = UdpSocket::Open({.address = "auto", .port = 0});
+    if (!s.ok()) return false;
+    FnHandler h;
+    auto loop = Loop::Create(Backend::kUring, std::move(s).value(), &h);
+    if (!loop.ok()) std::printf("io_uring refused here: %s\n", loop.status().message().c_str());
+    return loop.ok();
+  }();
+  return works;
+}
+
+class LoopTest : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == Backend::kUring && !UringWorksHere()) {
+      GTEST_SKIP() << "io_uring is refused on this machine";
+    }
+  }
+
+  // A loop on the next free loopback address (not started).
+  std::unique_ptr<Loop> MakeLoop(LoopHandler* handler) {
+    auto s = UdpSocket::Open({.address = "auto", .port = kTestPort});
+    if (!s.ok()) {
+      ADD_FAILURE() << s.status().message();
+      return nullptr;
+    }
+    last_receive_buffer_ = s->receive_buffer_bytes();
+    auto loop = Loop::Create(GetParam(), std::move(s).value(), handler);
+    if (!loop.ok()) {
+      ADD_FAILURE() << loop.status().message();
+      return nullptr;
+    }
+    EXPECT_EQ((*loop)->backend(), GetParam());
+    return std::move(loop).value();
+  }
+
+  // SO_RCVBUF of the socket MakeLoop opened last.
+  int last_receive_buffer_ = 0;
+};
+
+struct Seen {
+  sockaddr_in src;
+  in_addr dst;
+  std::string payload;
+};
+
+TEST_P(LoopTest, TwoLoopsExchangeDatagramsWithTheRightAddresses) {
+  FnHandler ha, hb;
+  std::unique_ptr<Loop> a = MakeLoop(&ha);
+  std::unique_ptr<Loop> b = MakeLoop(&hb);
+  ASSERT_TRUE(a && b);
+  ASSERT_NE(a->address().sin_addr.s_addr, b->address().sin_addr.s_addr);
+
+  std::mutex mu;
+  std::vector<Seen> at_a, at_b;
+  bool sent = false;  // loop thread of a only
+  ha.on_work = [&](Clock::time_point) -> std::optional<Clock::time_point> {
+    if (!sent) {
+      static const char kPing[] = "ping";
+      const iovec iov[] = {Iov(kPing, 2), Iov(kPing + 2, 2)};  // gathered from two pieces
+      a->Send(b->address(), iov);
+      sent = true;
+    }
+    return std::nullopt;
+  };
+  ha.on_datagrams = [&](std::span<const Datagram> batch) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const Datagram& d : batch) at_a.push_back({d.src, d.dst, {d.data.begin(), d.data.end()}});
+  };
+  hb.on_datagrams = [&](std::span<const Datagram> batch) {
+    for (const Datagram& d : batch) {
+      std::string reply = "pong:" + std::string(d.data.begin(), d.data.end());
+      const iovec iov[] = {Iov(reply.data(), reply.size())};
+      b->Send(d.src, iov);
+      std::lock_guard<std::mutex> lock(mu);
+      at_b.push_back({d.src, d.dst, {d.data.begin(), d.data.end()}});
+    }
+  };
+  a->Start();
+  b->Start();
+  a->Ring();
+  ASSERT_TRUE(WaitUntil([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return !at_a.empty();
+  }));
+
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(at_b.size(), 1u);
+  EXPECT_EQ(at_b[0].payload, "ping");
+  EXPECT_TRUE(SameEndpoint(at_b[0].src, a->address())) << ToString(at_b[0].src);
+  EXPECT_EQ(at_b[0].dst.s_addr, b->address().sin_addr.s_addr) << ToString(at_b[0].dst);
+  ASSERT_EQ(at_a.size(), 1u);
+  EXPECT_EQ(at_a[0].payload, "pong:ping");
+  EXPECT_TRUE(SameEndpoint(at_a[0].src, b->address())) << ToString(at_a[0].src);
+  EXPECT_EQ(at_a[0].dst.s_addr, a->address().sin_addr.s_addr) << ToString(at_a[0].dst);
+
+  EXPECT_EQ(a->stats().datagrams_sent, 1u);
+  EXPECT_EQ(a->stats().bytes_sent, 4u);
+  EXPECT_EQ(a->stats().datagrams_received, 1u);
+  EXPECT_EQ(b->stats().datagrams_received, 1u);
+  EXPECT_EQ(b->stats().bytes_received, 4u);
+}
+
+// Datagram `seq` of the bulk test: its sequence number, then a pattern that
+// depends on both, in sizes up to a 4096-MTU RoCE packet with headers.
+size_t BulkSize(uint32_t seq) { return 8 + (seq * 97u) % 4200u; }
+uint8_t BulkByte(uint32_t seq, size_t i) { return static_cast<uint8_t>(seq * 31u + i * 7u); }
+
+TEST_P(LoopTest, ThousandsOfDatagramsArriveIntact) {
+  constexpr uint32_t kCount = 5000;
+  FnHandler ha, hb;
+  std::unique_ptr<Loop> a = MakeLoop(&ha);
+  std::unique_ptr<Loop> b = MakeLoop(&hb);
+  ASSERT_TRUE(a && b);
+
+  // Keep no more in flight than the receiver's socket buffer surely holds:
+  // UDP drops on overflow, and this test is about the loops, not about that.
+  // A 4 KiB datagram costs about 8 KiB of buffer on loopback.
+  const uint32_t window =
+      std::clamp<uint32_t>(static_cast<uint32_t>(last_receive_buffer_) / 16384, 8, 256);
+  std::atomic<uint32_t> received{0}, corrupt{0}, duplicates{0};
+  std::vector<bool> seen(kCount);  // loop thread of b only
+  uint32_t next = 0;               // loop thread of a only
+  std::vector<uint8_t> buf(8192);
+
+  // No deadline: b rings a after every batch, and a ring is never lost.
+  ha.on_work = [&](Clock::time_point) -> std::optional<Clock::time_point> {
+    while (next < kCount && next - received.load() < window) {
+      const size_t n = BulkSize(next);
+      std::memcpy(buf.data(), &next, 4);
+      for (size_t i = 4; i < n; ++i) buf[i] = BulkByte(next, i);
+      const iovec iov[] = {Iov(buf.data(), n)};
+      a->Send(b->address(), iov);
+      ++next;
+    }
+    return std::nullopt;
+  };
+  hb.on_datagrams = [&](std::span<const Datagram> batch) {
+    for (const Datagram& d : batch) {
+      uint32_t seq;
+      if (d.data.size() < 8 || (std::memcpy(&seq, d.data.data(), 4), seq >= kCount) ||
+          d.data.size() != BulkSize(seq)) {
+        ++corrupt;
+        continue;
+      }
+      for (size_t i = 4; i < d.data.size(); ++i) {
+        if (d.data[i] != BulkByte(seq, i)) {
+          ++corrupt;
+          break;
+        }
+      }
+      if (seen[seq]) ++duplicates;
+      seen[seq] = true;
+    }
+    received += static_cast<uint32_t>(batch.size());
+    a->Ring();  // room in the window: the sender goes on
+  };
+  a->Start();
+  b->Start();
+  a->Ring();
+  ASSERT_TRUE(WaitUntil([&] { return received.load() >= kCount; }, 30s))
+      << "received " << received.load() << " of " << kCount << "; receiver drops "
+      << b->stats().receive_errors;
+  EXPECT_EQ(corrupt.load(), 0u);
+  EXPECT_EQ(duplicates.load(), 0u);
+  const LoopStats sa = a->stats(), sb = b->stats();
+  EXPECT_EQ(sa.datagrams_sent, kCount);
+  EXPECT_EQ(sa.send_drops, 0u);
+  EXPECT_EQ(sa.send_errors, 0u);
+  EXPECT_EQ(sb.datagrams_received, kCount);
+  EXPECT_EQ(sb.bytes_received, sa.bytes_sent);
+  std::printf("%u datagrams (%llu bytes) in %llu batches, window %u; sender: %llu wakeups %llu "
+              "OnWork; receiver: %llu wakeups\n",
+              kCount, static_cast<unsigned long long>(sb.bytes_received),
+              static_cast<unsigned long long>(sb.batches), window,
+              static_cast<unsigned long long>(sa.wakeups),
+              static_cast<unsigned long long>(sa.work_calls),
+              static_cast<unsigned long long>(sb.wakeups));
+}
+
+TEST_P(LoopTest, DatagramsWaitingAtStartArriveInBatches) {
+  constexpr int kCount = 200;
+  FnHandler ha, hb;
+  std::unique_ptr<Loop> a = MakeLoop(&ha);
+  std::unique_ptr<Loop> b = MakeLoop(&hb);
+  ASSERT_TRUE(a && b);
+  ha.on_work = [&](Clock::time_point) -> std::optional<Clock::time_point> {
+    for (int i = 0; i < kCount; ++i) {
+      const iovec iov[] = {Iov(&i, sizeof(i))};
+      a->Send(b->address(), iov);
+    }
+    return std::nullopt;
+  };
+  std::atomic<int> received{0};
+  std::atomic<size_t> largest{0};
+  hb.on_datagrams = [&](std::span<const Datagram> batch) {
+    largest = std::max(largest.load(), batch.size());
+    received += static_cast<int>(batch.size());
+  };
+  a->Start();
+  a->Ring();
+  ASSERT_TRUE(WaitUntil([&] { return a->stats().datagrams_sent == kCount; }));
+  b->Start();  // everything already waits in b's socket
+  ASSERT_TRUE(WaitUntil([&] { return received.load() == kCount; }));
+  EXPECT_GT(largest.load(), 1u);
+  EXPECT_LT(b->stats().batches, static_cast<uint64_t>(kCount));
+  std::printf("largest batch %zu, %llu batches\n", largest.load(),
+              static_cast<unsigned long long>(b->stats().batches));
+}
+
+TEST_P(LoopTest, RingFromAnotherThreadCallsOnWorkPromptly) {
+  FnHandler h;
+  std::atomic<int> calls{0};
+  std::atomic<Clock::rep> last_call{0};
+  h.on_work = [&](Clock::time_point now) -> std::optional<Clock::time_point> {
+    last_call = now.time_since_epoch().count();
+    ++calls;
+    return std::nullopt;
+  };
+  std::unique_ptr<Loop> loop = MakeLoop(&h);
+  ASSERT_TRUE(loop);
+  loop->Start();
+  std::vector<double> latencies;
+  for (int round = 0; round < 20; ++round) {
+    std::this_thread::sleep_for(10ms);  // let it fall asleep
+    const int before = calls.load();
+    const Clock::time_point rung = Clock::now();
+    loop->Ring();
+    ASSERT_TRUE(WaitUntil([&] { return calls.load() > before; }, 2s)) << "round " << round;
+    latencies.push_back(Ms(Clock::time_point(Clock::duration(last_call.load())) - rung));
+  }
+  std::sort(latencies.begin(), latencies.end());
+  std::printf("ring to OnWork: median %.3f ms, max %.3f ms\n", latencies[latencies.size() / 2],
+              latencies.back());
+  EXPECT_LT(latencies[latencies.size() / 2], 20.0);
+  EXPECT_LT(latencies.back(), 200.0);
+  const LoopStats s = loop->stats();
+  EXPECT_GE(s.doorbell_writes, 1u);  // it slept, so someone had to write
+  EXPECT_LE(s.doorbell_writes, s.wakeups + 1);
+}
+
+TEST_P(LoopTest, NoRingIsLostInAPingPong) {
+  FnHandler h;
+  std::atomic<int> calls{0};
+  h.on_work = [&](Clock::time_point) -> std::optional<Clock::time_point> {
+    ++calls;
+    return std::nullopt;
+  };
+  std::unique_ptr<Loop> loop = MakeLoop(&h);
+  ASSERT_TRUE(loop);
+  loop->Start();
+  for (int i = 0; i < 2000; ++i) {
+    const int before = calls.load();
+    loop->Ring();
+    ASSERT_TRUE(WaitUntil([&] { return calls.load() > before; }, 2s)) << "ring " << i << " lost";
+  }
+}
+
+TEST_P(LoopTest, BusyRingerMakesFewSystemCalls) {
+  constexpr uint64_t kRings = 200000;
+  FnHandler h;
+  std::atomic<uint64_t> posted{0}, handled{0};
+  h.on_work = [&](Clock::time_point) -> std::optional<Clock::time_point> {
+    handled = posted.load();
+    return std::nullopt;
+  };
+  std::unique_ptr<Loop> loop = MakeLoop(&h);
+  ASSERT_TRUE(loop);
+  loop->Start();
+  std::thread poster([&] {
+    for (uint64_t i = 0; i < kRings; ++i) {
+      posted.store(i + 1);
+      loop->Ring();
+    }
+  });
+  poster.join();
+  // The last ring, too, must lead to an OnWork that sees it.
+  ASSERT_TRUE(WaitUntil([&] { return handled.load() == kRings; }, 5s));
+  const LoopStats s = loop->stats();
+  std::printf("%llu rings: %llu eventfd writes, %llu OnWork calls, %llu wakeups\n",
+              static_cast<unsigned long long>(kRings),
+              static_cast<unsigned long long>(s.doorbell_writes),
+              static_cast<unsigned long long>(s.work_calls),
+              static_cast<unsigned long long>(s.wakeups));
+  EXPECT_LT(s.doorbell_writes, kRings / 4);
+  EXPECT_LE(s.doorbell_writes, s.wakeups + 1);  // at most one write per sleep
+}
+
+TEST_P(LoopTest, DeadlinesFireOnTime) {
+  constexpr int kFirings = 10;
+  constexpr auto kPeriod = 20ms;
+  FnHandler h;
+  std::mutex mu;
+  std::vector<double> lateness_ms;
+  std::optional<Clock::time_point> deadline;  // loop thread only
+  h.on_work = [&](Clock::time_point now) -> std::optional<Clock::time_point> {
+    std::lock_guard<std::mutex> lock(mu);
+    if (deadline) lateness_ms.push_back(Ms(now - *deadline));
+    if (lateness_ms.size() >= kFirings) return std::nullopt;
+    deadline = now + kPeriod;
+    return deadline;
+  };
+  std::unique_ptr<Loop> loop = MakeLoop(&h);
+  ASSERT_TRUE(loop);
+  loop->Start();
+  loop->Ring();
+  ASSERT_TRUE(WaitUntil([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return lateness_ms.size() >= kFirings;
+  }));
+  std::lock_guard<std::mutex> lock(mu);
+  std::vector<double> sorted = lateness_ms;
+  std::sort(sorted.begin(), sorted.end());
+  std::printf("deadline lateness: min %.3f median %.3f max %.3f ms\n", sorted.front(),
+              sorted[sorted.size() / 2], sorted.back());
+  EXPECT_GE(sorted.front(), 0.0);  // never early
+  EXPECT_LT(sorted[sorted.size() / 2], 5.0);
+  EXPECT_LT(sorted.back(), 50.0);
+}
+
+TEST_P(LoopTest, StopIsPromptAndIdempotent) {
+  FnHandler h;
+  h.on_work = [&](Clock::time_point now) -> std::optional<Clock::time_point> {
+    return now + std::chrono::hours(1);
+  };
+  std::unique_ptr<Loop> loop = MakeLoop(&h);
+  ASSERT_TRUE(loop);
+  loop->Start();
+  loop->Ring();
+  std::this_thread::sleep_for(20ms);
+  const Clock::time_point t0 = Clock::now();
+  loop->Stop();
+  const double took = Ms(Clock::now() - t0);
+  std::printf("Stop took %.3f ms\n", took);
+  EXPECT_LT(took, 200.0);
+  loop->Stop();  // again: nothing happens
+  EXPECT_FALSE(loop->InLoopThread());
+}
+
+TEST_P(LoopTest, ALoopNeverStartedIsDestroyedCleanly) {
+  FnHandler h;
+  std::unique_ptr<Loop> loop = MakeLoop(&h);
+  ASSERT_TRUE(loop);
+  loop.reset();
+  SUCCEED();
+}
+
+TEST_P(LoopTest, IdleLoopUsesNoCpu) {
+  FnHandler h;
+  std::atomic<bool> in_loop{false};
+  h.on_work = [&](Clock::time_point) -> std::optional<Clock::time_point> {
+    return std::nullopt;
+  };
+  h.on_datagrams = [&](std::span<const Datagram>) {};
+  std::unique_ptr<Loop> loop = MakeLoop(&h);
+  ASSERT_TRUE(loop);
+  h.on_work = [&](Clock::time_point) -> std::optional<Clock::time_point> {
+    in_loop = loop->InLoopThread();
+    return std::nullopt;
+  };
+  loop->Start();
+  loop->Ring();
+  ASSERT_TRUE(WaitUntil([&] { return loop->stats().work_calls >= 1; }));
+  EXPECT_TRUE(in_loop.load());
+  std::this_thread::sleep_for(50ms);  // settle
+  const LoopStats before = loop->stats();
+  std::this_thread::sleep_for(300ms);
+  const LoopStats after = loop->stats();
+  const auto cpu = after.cpu_time - before.cpu_time;
+  std::printf("idle 300 ms: loop thread CPU %lld ns, %llu wakeups (total CPU so far %lld ns)\n",
+              static_cast<long long>(cpu.count()),
+              static_cast<unsigned long long>(after.wakeups - before.wakeups),
+              static_cast<long long>(after.cpu_time.count()));
+  EXPECT_GT(after.cpu_time.count(), 0);  // the clock is the loop thread's and it did run
+  EXPECT_LT(cpu, std::chrono::milliseconds(1));
+  EXPECT_EQ(after.wakeups, before.wakeups);
+  EXPECT_EQ(after.work_calls, before.work_calls);
+  loop->Stop();
+  EXPECT_GE(loop->stats().cpu_time, after.cpu_time);  // kept after the thread is gone
+}
+
+TEST_P(LoopTest, RefusedSendIsCountedAndTheLoopGoesOn) {
+  FnHandler ha, hb;
+  std::unique_ptr<Loop> a = MakeLoop(&ha);
+  std::unique_ptr<Loop> b = MakeLoop(&hb);
+  ASSERT_TRUE(a && b);
+  std::vector<uint8_t> huge(70000);  // more than any UDP datagram: EMSGSIZE
+  ha.on_work = [&](Clock::time_point) -> std::optional<Clock::time_point> {
+    const iovec big[] = {Iov(huge.data(), huge.size())};
+    a->Send(b->address(), big);
+    const iovec small[] = {Iov("ok", 2)};
+    a->Send(b->address(), small);
+    return std::nullopt;
+  };
+  std::atomic<int> received{0};
+  hb.on_datagrams = [&](std::span<const Datagram> batch) { received += batch.size(); };
+  a->Start();
+  b->Start();
+  a->Ring();
+  ASSERT_TRUE(WaitUntil([&] { return received.load() == 1; }));
+  ASSERT_TRUE(WaitUntil([&] { return a->stats().send_errors == 1; }));
+  EXPECT_EQ(a->stats().datagrams_sent, 1u);
+}
+
+TEST_P(LoopTest, DatagramLargerThanAReceiveBufferIsCountedNotDelivered) {
+  FnHandler ha, hb;
+  std::unique_ptr<Loop> a = MakeLoop(&ha);
+  std::unique_ptr<Loop> b = MakeLoop(&hb);
+  ASSERT_TRUE(a && b);
+  std::vector<uint8_t> big(kReceiveBufferBytes + 1000, 0xab);
+  ha.on_work = [&](Clock::time_point) -> std::optional<Clock::time_point> {
+    const iovec too_big[] = {Iov(big.data(), big.size())};
+    a->Send(b->address(), too_big);
+    const iovec fits[] = {Iov(big.data(), 4200)};
+    a->Send(b->address(), fits);
+    return std::nullopt;
+  };
+  std::atomic<int> received{0};
+  std::atomic<size_t> size{0};
+  hb.on_datagrams = [&](std::span<const Datagram> batch) {
+    received += batch.size();
+    size = batch[0].data.size();
+  };
+  a->Start();
+  b->Start();
+  a->Ring();
+  ASSERT_TRUE(WaitUntil([&] { return received.load() == 1; }));
+  EXPECT_EQ(size.load(), 4200u);
+  EXPECT_EQ(b->stats().receive_errors, 1u);
+  EXPECT_EQ(b->stats().datagrams_received, 1u);
+}
+
+TEST_P(LoopTest, BurstLargerThanThePendingLimitIsSentWithoutDrops) {
+  constexpr uint64_t kBurst = kMaxPendingSends + 2000;
+  FnHandler ha, hb;
+  std::unique_ptr<Loop> a = MakeLoop(&ha);
+  std::unique_ptr<Loop> b = MakeLoop(&hb);
+  ASSERT_TRUE(a && b);
+  ha.on_work = [&](Clock::time_point) -> std::optional<Clock::time_point> {
+    for (uint64_t i = 0; i < kBurst; ++i) {
+      const iovec iov[] = {Iov(&i, sizeof(i))};
+      a->Send(b->address(), iov);
+    }
+    return std::nullopt;
+  };
+  a->Start();
+  b->Start();
+  a->Ring();
+  ASSERT_TRUE(WaitUntil([&] { return a->stats().datagrams_sent == kBurst; }))
+      << a->stats().datagrams_sent << " sent, " << a->stats().send_drops << " dropped";
+  EXPECT_EQ(a->stats().send_drops, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, LoopTest, ::testing::Values(Backend::kUring, Backend::kEpoll),
+                         [](const ::testing::TestParamInfo<Backend>& info) {
+                           return std::string(ToString(info.param));
+                         });
+
+TEST(BackendTest, ParsesTheEngineNames) {
+  EXPECT_EQ(ParseBackend("auto").value(), Backend::kAuto);
+  EXPECT_EQ(ParseBackend("uring").value(), Backend::kUring);
+  EXPECT_EQ(ParseBackend("epoll").value(), Backend::kEpoll);
+  auto bad = ParseBackend("poll");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), EINVAL);
+  EXPECT_EQ(bad.status().message(), "engine 'poll' is not one of auto, uring, epoll");
+}
+
+TEST(BackendTest, AutoPicksUringWhereTheKernelAllowsIt) {
+  auto s = UdpSocket::Open({.address = "auto", .port = kTestPort});
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  FnHandler h;
+  auto loop = Loop::Create(Backend::kAuto, std::move(s).value(), &h);
+  ASSERT_TRUE(loop.ok()) << loop.status().message();
+  EXPECT_EQ((*loop)->backend(), UringWorksHere() ? Backend::kUring : Backend::kEpoll);
+}
+
+}  // namespace
+}  // namespace rdmaemu::net
