@@ -181,10 +181,11 @@ Result<std::vector<DeviceEntry>> ListDevices() {
 }
 
 Result<verbs_context*> AllocContext(int index) {
-  auto dev = device::Registry::Get().Acquire(index);
-  if (!dev.ok()) return dev.status();
+  auto engine = engine::AcquireEngine(index);
+  if (!engine.ok()) return engine.status();
   auto* ctx = new Context{};
-  ctx->device = std::move(dev).value();
+  ctx->engine = std::move(engine).value();
+  ctx->device = &ctx->engine->device();
   return &ctx->vctx;
 }
 
@@ -204,6 +205,7 @@ void InstallOps(verbs_context* vctx) {
   vctx->query_port = QueryPort;
   vctx->context.num_comp_vectors = device::kNumCompVectors;
   InstallCqOps(vctx);
+  InstallQpOps(vctx);
 }
 
 int QueryGidEntry(ibv_context* context, uint32_t port, uint32_t index, ibv_gid_entry* entry) {

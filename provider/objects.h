@@ -10,6 +10,8 @@
 #include <mutex>
 
 #include "emulator/device/device.h"
+#include "emulator/engine/engine.h"
+#include "emulator/objects/qp_state.h"
 #include "emulator/objects/cq.h"
 #include "emulator/objects/mr.h"
 #include "provider/provider.h"
@@ -18,7 +20,8 @@ namespace rdmaemu::provider {
 
 struct Context {
   verbs_context vctx;  // must be first
-  std::shared_ptr<device::Device> device;
+  std::shared_ptr<engine::Engine> engine;
+  device::Device* device = nullptr;  // the engine's
   int listener_id = 0;
 };
 
@@ -42,6 +45,22 @@ struct Cq {
   objects::Cqe current;
 };
 
+struct Qp {
+  ibv_qp_ex ibv;  // must be first; starts with ibv_qp
+  std::shared_ptr<engine::Qp> qp;
+  objects::QpType type = objects::QpType::kRc;
+  bool sq_sig_all = false;
+  // Serialises modify and query, as the kernel's per-QP lock does.
+  std::mutex modify_mu;
+  objects::QpAttributes attrs;  // guarded by modify_mu
+};
+
+struct Ah {
+  ibv_ah ibv;  // must be first
+  ibv_ah_attr attr;
+  uint32_t dst_ip = 0;  // network order
+};
+
 inline Context* ToContext(ibv_context* c) {
   return reinterpret_cast<Context*>(reinterpret_cast<char*>(c) - offsetof(verbs_context, context));
 }
@@ -49,6 +68,8 @@ inline Pd* ToPd(ibv_pd* p) { return reinterpret_cast<Pd*>(p); }
 inline Mr* ToMr(ibv_mr* m) { return reinterpret_cast<Mr*>(m); }
 inline Cq* ToCq(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
 inline Cq* ToCq(ibv_cq_ex* c) { return reinterpret_cast<Cq*>(c); }
+inline Qp* ToQp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
+inline Ah* ToAh(ibv_ah* a) { return reinterpret_cast<Ah*>(a); }
 
 // The hooks SetEventHooks installed.
 const EventHooks& Hooks();

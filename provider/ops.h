@@ -6,5 +6,6 @@
 namespace rdmaemu::provider {
 
 void InstallCqOps(verbs_context* vctx);
+void InstallQpOps(verbs_context* vctx);
 
 }  // namespace rdmaemu::provider

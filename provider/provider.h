@@ -60,4 +60,16 @@ int ResizeCq(ibv_cq* cq, int cqe);
 int DetachCq(ibv_cq* cq);
 void FreeCq(ibv_cq* cq);
 
+// QPs: created from the exported ibv_create_qp and the create_qp_ex slot
+// (the library sets no fields afterwards: the provider initialises them).
+Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr);
+int ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int mask);
+int QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init_attr);
+// Two steps, as for CQs: Detach stops the engine using the QP; Free releases it.
+int DetachQp(ibv_qp* qp);
+void FreeQp(ibv_qp* qp);
+
+Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr);
+int DestroyAh(ibv_ah* ah);
+
 }  // namespace rdmaemu::provider

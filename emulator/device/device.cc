@@ -67,7 +67,15 @@ Result<std::shared_ptr<Device>> Device::Open(const DeviceConfig& config, int ind
 
 sockaddr_in Device::PortAddress(int port) const { return ports_.at(port - 1).bound; }
 
-int Device::PortSocket(int port) const { return ports_.at(port - 1).socket->fd(); }
+Result<net::UdpSocket> Device::TakeSocket(int port) {
+  std::lock_guard lock(mu_);
+  if (!ValidPort(port)) return InvalidArgument(fmt::format("{} has no port {}", name(), port));
+  auto& socket = ports_[port - 1].socket;
+  if (!socket) return Busy(fmt::format("{} port {}: the socket is already in use", name(), port));
+  net::UdpSocket out = std::move(*socket);
+  socket.reset();
+  return out;
+}
 
 PortAttr Device::QueryPort(int port) const {
   std::lock_guard lock(mu_);

@@ -101,8 +101,8 @@ class Device {
   void RemoveListener(int id);
   void Raise(const AsyncEvent& event);
 
-  // Socket fd of a port, for the engine.
-  int PortSocket(int port) const;
+  // Hands a port's socket to the engine (once).
+  Result<net::UdpSocket> TakeSocket(int port);
 
   objects::MrTable& mrs() { return mrs_; }
 

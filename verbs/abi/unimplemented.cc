@@ -33,21 +33,6 @@
 extern "C" {
 
 // ---- QP (IBVERBS_1.1, 1.6, 1.14) ------------------------------------------
-struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* qp_init_attr) {
-  FAIL_PTR("ibv_create_qp");
-}
-
-int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int attr_mask) {
-  FAIL_INT("ibv_modify_qp");
-}
-
-int ibv_query_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int attr_mask,
-                 struct ibv_qp_init_attr* init_attr) {
-  FAIL_INT("ibv_query_qp");
-}
-
-int ibv_destroy_qp(struct ibv_qp* qp) { FAIL_INT("ibv_destroy_qp"); }
-
 struct ibv_qp_ex* ibv_qp_to_qp_ex(struct ibv_qp* qp) { FAIL_PTR("ibv_qp_to_qp_ex"); }
 
 // Not a failure-returning verb: 1 means "data written in order", 0 "no
@@ -78,10 +63,6 @@ int ibv_query_srq(struct ibv_srq* srq, struct ibv_srq_attr* srq_attr) {
 int ibv_destroy_srq(struct ibv_srq* srq) { FAIL_INT("ibv_destroy_srq"); }
 
 // ---- AH (IBVERBS_1.1) -------------------------------------------------------
-struct ibv_ah* ibv_create_ah(struct ibv_pd* pd, struct ibv_ah_attr* attr) {
-  FAIL_PTR("ibv_create_ah");
-}
-
 // ibv_init_ah_from_wc(3): "returns 0 on success, and -1 on error".
 int ibv_init_ah_from_wc(struct ibv_context* context, uint8_t port_num, struct ibv_wc* wc,
                         struct ibv_grh* grh, struct ibv_ah_attr* ah_attr) {
@@ -94,8 +75,6 @@ struct ibv_ah* ibv_create_ah_from_wc(struct ibv_pd* pd, struct ibv_wc* wc, struc
                                      uint8_t port_num) {
   FAIL_PTR("ibv_create_ah_from_wc");
 }
-
-int ibv_destroy_ah(struct ibv_ah* ah) { FAIL_INT("ibv_destroy_ah"); }
 
 // ---- Multicast (IBVERBS_1.1) ------------------------------------------------
 int ibv_attach_mcast(struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid) {

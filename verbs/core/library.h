@@ -32,6 +32,9 @@ void InstallDummyOps(verbs_context* vctx);
 // the public CQ fields as rdma-core's verbs_init_cq does (cq.cc).
 ibv_cq_ex* LibCreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr);
 
+// The library's create_qp_ex slot (qp.cc).
+ibv_qp* LibCreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr);
+
 // Sets errno and returns NULL: the failure convention of pointer verbs.
 template <typename T>
 T* FailWith(int error) {

@@ -1,0 +1,468 @@
+// Queue pairs and address handles: creation, the IB state machine on
+// modify (checked, then applied), queries, and posting work.
+#include <arpa/inet.h>
+
+#include <cstring>
+
+#include "emulator/base/log.h"
+#include "emulator/device/attributes.h"
+#include "emulator/objects/qp_state.h"
+#include "provider/objects.h"
+#include "provider/ops.h"
+#include "provider/provider.h"
+
+namespace rdmaemu::provider {
+namespace {
+
+using objects::QpAttributes;
+
+static_assert(static_cast<int>(objects::QpState::kErr) == IBV_QPS_ERR);
+static_assert(static_cast<int>(objects::QpType::kUd) == IBV_QPT_UD);
+static_assert(objects::kQpDestQpn == uint32_t{IBV_QP_DEST_QPN});
+static_assert(objects::kQpRateLimit == uint32_t{IBV_QP_RATE_LIMIT});
+
+objects::AddressVector ToAv(const ibv_ah_attr& a) {
+  objects::AddressVector av{};
+  av.has_grh = a.is_global != 0;
+  std::memcpy(av.dgid, a.grh.dgid.raw, 16);
+  av.flow_label = a.grh.flow_label;
+  av.sgid_index = a.grh.sgid_index;
+  av.hop_limit = a.grh.hop_limit;
+  av.traffic_class = a.grh.traffic_class;
+  av.dlid = a.dlid;
+  av.sl = a.sl;
+  av.src_path_bits = a.src_path_bits;
+  av.static_rate = a.static_rate;
+  av.port_num = a.port_num;
+  return av;
+}
+
+ibv_ah_attr FromAv(const objects::AddressVector& av) {
+  ibv_ah_attr a{};
+  a.is_global = av.has_grh;
+  std::memcpy(a.grh.dgid.raw, av.dgid, 16);
+  a.grh.flow_label = av.flow_label;
+  a.grh.sgid_index = av.sgid_index;
+  a.grh.hop_limit = av.hop_limit;
+  a.grh.traffic_class = av.traffic_class;
+  a.dlid = av.dlid;
+  a.sl = av.sl;
+  a.src_path_bits = av.src_path_bits;
+  a.static_rate = av.static_rate;
+  a.port_num = av.port_num;
+  return a;
+}
+
+QpAttributes ToAttributes(const ibv_qp_attr& a) {
+  QpAttributes q{};
+  q.state = static_cast<objects::QpState>(a.qp_state);
+  q.cur_state = static_cast<objects::QpState>(a.cur_qp_state);
+  q.path_mtu = static_cast<objects::Mtu>(a.path_mtu);
+  q.path_mig_state = static_cast<objects::MigState>(a.path_mig_state);
+  q.qkey = a.qkey;
+  q.rq_psn = a.rq_psn;
+  q.sq_psn = a.sq_psn;
+  q.dest_qp_num = a.dest_qp_num;
+  q.qp_access_flags = a.qp_access_flags;
+  q.cap = {a.cap.max_send_wr, a.cap.max_recv_wr, a.cap.max_send_sge, a.cap.max_recv_sge,
+           a.cap.max_inline_data};
+  q.ah_attr = ToAv(a.ah_attr);
+  q.alt_ah_attr = ToAv(a.alt_ah_attr);
+  q.pkey_index = a.pkey_index;
+  q.alt_pkey_index = a.alt_pkey_index;
+  q.en_sqd_async_notify = a.en_sqd_async_notify != 0;
+  q.sq_draining = a.sq_draining != 0;
+  q.max_rd_atomic = a.max_rd_atomic;
+  q.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  q.min_rnr_timer = a.min_rnr_timer;
+  q.port_num = a.port_num;
+  q.timeout = a.timeout;
+  q.retry_cnt = a.retry_cnt;
+  q.rnr_retry = a.rnr_retry;
+  q.alt_port_num = a.alt_port_num;
+  q.alt_timeout = a.alt_timeout;
+  q.rate_limit = a.rate_limit;
+  return q;
+}
+
+// The IPv4 address inside an IPv4-mapped GID (::ffff:a.b.c.d), network order.
+bool Ipv4FromGid(const uint8_t* gid, uint32_t* ip) {
+  static const uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::memcmp(gid, kPrefix, 12) != 0) return false;
+  std::memcpy(ip, gid + 12, 4);
+  return true;
+}
+
+engine::QpState ToEngineState(objects::QpState s) { return static_cast<engine::QpState>(s); }
+
+// Completes every queued WR with WR_FLUSH_ERR, as a QP in ERR does.
+void Flush(engine::Qp& qp) {
+  std::deque<engine::SendWqe> sq;
+  std::deque<engine::RecvWqe> rq;
+  {
+    std::lock_guard lock(qp.mu);
+    sq.swap(qp.sq);
+    rq.swap(qp.rq);
+    qp.sq_outstanding = 0;
+  }
+  for (const auto& w : sq) {
+    objects::Cqe c;
+    c.wr_id = w.wr_id;
+    c.status = objects::WcStatus::kWrFlushErr;
+    c.qp_num = qp.qpn;
+    qp.send_cq->Push(c);
+  }
+  for (const auto& w : rq) {
+    objects::Cqe c;
+    c.wr_id = w.wr_id;
+    c.status = objects::WcStatus::kWrFlushErr;
+    c.opcode = objects::WcOpcode::kRecv;
+    c.qp_num = qp.qpn;
+    qp.recv_cq->Push(c);
+  }
+}
+
+int PostSend(ibv_qp* ibv, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  Qp* qp = ToQp(ibv);
+  engine::Qp& eqp = *qp->qp;
+  int rc = 0;
+  bool posted = false;
+  bool flush = false;
+  for (; wr != nullptr; wr = wr->next) {
+    std::lock_guard lock(eqp.mu);
+    engine::QpState state = eqp.attrs.state;
+    if (state == engine::QpState::kReset || state == engine::QpState::kInit ||
+        state == engine::QpState::kRtr) {
+      RDMAEMU_WARN_LIMITED("ibv_post_send: qp#{} is not ready to send (it must be in RTS)", eqp.qpn);
+      rc = EINVAL;
+      break;
+    }
+    if (eqp.type != engine::QpType::kUd) {
+      RDMAEMU_WARN_LIMITED("ibv_post_send: qp#{}: the RC/UC data path is not implemented yet", eqp.qpn);
+      rc = EOPNOTSUPP;
+      break;
+    }
+    if (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM) {
+      RDMAEMU_WARN_LIMITED("ibv_post_send: qp#{}: opcode {} is not valid on a UD QP (only SEND and SEND_WITH_IMM)",
+                           eqp.qpn, static_cast<int>(wr->opcode));
+      rc = EINVAL;
+      break;
+    }
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > eqp.caps.max_send_sge) {
+      RDMAEMU_WARN_LIMITED("ibv_post_send: qp#{}: num_sge {} exceeds max_send_sge {}", eqp.qpn,
+                           wr->num_sge, eqp.caps.max_send_sge);
+      rc = EINVAL;
+      break;
+    }
+    if (eqp.sq_outstanding >= eqp.caps.max_send_wr) {
+      rc = ENOMEM;
+      break;
+    }
+    if (wr->wr.ud.ah == nullptr) {
+      RDMAEMU_WARN_LIMITED("ibv_post_send: qp#{}: a UD send needs wr.ud.ah", eqp.qpn);
+      rc = EINVAL;
+      break;
+    }
+    engine::SendWqe w;
+    w.wr_id = wr->wr_id;
+    w.op = wr->opcode == IBV_WR_SEND_WITH_IMM ? engine::SendOp::kSendWithImm : engine::SendOp::kSend;
+    w.signaled = qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
+    w.solicited = wr->send_flags & IBV_SEND_SOLICITED;
+    w.imm_data = wr->imm_data;
+    w.ud.dst_ip = ToAh(wr->wr.ud.ah)->dst_ip;
+    w.ud.remote_qpn = wr->wr.ud.remote_qpn & 0xffffff;
+    w.ud.remote_qkey = wr->wr.ud.remote_qkey;
+    if (wr->send_flags & IBV_SEND_INLINE) {
+      w.is_inline = true;
+      for (int i = 0; i < wr->num_sge; ++i) {
+        const auto* p = reinterpret_cast<const uint8_t*>(wr->sg_list[i].addr);
+        w.inline_data.insert(w.inline_data.end(), p, p + wr->sg_list[i].length);
+      }
+      if (w.inline_data.size() > eqp.caps.max_inline_data) {
+        RDMAEMU_WARN_LIMITED("ibv_post_send: qp#{}: {} inline bytes exceed max_inline_data {}",
+                             eqp.qpn, w.inline_data.size(), eqp.caps.max_inline_data);
+        rc = EINVAL;
+        break;
+      }
+      w.length = w.inline_data.size();
+    } else {
+      for (int i = 0; i < wr->num_sge; ++i) {
+        w.sges.push_back({wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey});
+        w.length += wr->sg_list[i].length;
+      }
+    }
+    ++eqp.sq_outstanding;
+    eqp.sq.push_back(std::move(w));
+    // A QP in ERR accepts work and completes it at once with a flush error.
+    if (state == engine::QpState::kErr) {
+      flush = true;
+    } else {
+      posted = true;
+    }
+  }
+  if (rc != 0) *bad_wr = wr;
+  if (posted) ToContext(ibv->context)->engine->Doorbell(eqp.qpn);
+  if (flush) Flush(eqp);
+  return rc;
+}
+
+int PostRecv(ibv_qp* ibv, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  engine::Qp& eqp = *ToQp(ibv)->qp;
+  int rc = 0;
+  bool flush = false;
+  for (; wr != nullptr; wr = wr->next) {
+    std::lock_guard lock(eqp.mu);
+    if (eqp.attrs.state == engine::QpState::kReset) {
+      RDMAEMU_WARN_LIMITED("ibv_post_recv: qp#{} is in RESET; move it to INIT first", eqp.qpn);
+      rc = EINVAL;
+      break;
+    }
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > eqp.caps.max_recv_sge) {
+      RDMAEMU_WARN_LIMITED("ibv_post_recv: qp#{}: num_sge {} exceeds max_recv_sge {}", eqp.qpn,
+                           wr->num_sge, eqp.caps.max_recv_sge);
+      rc = EINVAL;
+      break;
+    }
+    if (eqp.rq.size() >= eqp.caps.max_recv_wr) {
+      rc = ENOMEM;
+      break;
+    }
+    engine::RecvWqe w;
+    w.wr_id = wr->wr_id;
+    for (int i = 0; i < wr->num_sge; ++i) {
+      w.sges.push_back({wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey});
+      w.length += wr->sg_list[i].length;
+    }
+    eqp.rq.push_back(std::move(w));
+    flush = eqp.attrs.state == engine::QpState::kErr;
+  }
+  if (rc != 0) *bad_wr = wr;
+  if (flush) Flush(eqp);
+  return rc;
+}
+
+}  // namespace
+
+void InstallQpOps(verbs_context* vctx) {
+  vctx->context.ops.post_send = PostSend;
+  vctx->context.ops.post_recv = PostRecv;
+}
+
+Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  Context* ctx = ToContext(context);
+  if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || attr->pd == nullptr) {
+    Log().warn("ibv_create_qp: a QP needs a protection domain");
+    return InvalidArgument("no PD");
+  }
+  if (attr->comp_mask & ~uint32_t{IBV_QP_INIT_ATTR_PD}) {
+    Log().warn("ibv_create_qp_ex: comp_mask {:#x} asks for features the device does not support "
+               "(the extended post API, XRC, RSS, TSO …)", attr->comp_mask & ~uint32_t{IBV_QP_INIT_ATTR_PD});
+    return NotSupported("comp_mask");
+  }
+  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD) {
+    Log().warn("ibv_create_qp: QP type {} is not supported (RC, UC and UD are)", static_cast<int>(attr->qp_type));
+    return NotSupported("qp_type");
+  }
+  if (attr->srq != nullptr) {
+    Log().warn("ibv_create_qp: shared receive queues are not implemented yet");
+    return NotSupported("srq");
+  }
+  if (attr->send_cq == nullptr || attr->recv_cq == nullptr) {
+    Log().warn("ibv_create_qp: send_cq and recv_cq are required");
+    return InvalidArgument("no CQ");
+  }
+  const ibv_qp_cap& cap = attr->cap;
+  if (cap.max_send_wr > device::kMaxQpWr || cap.max_recv_wr > device::kMaxQpWr ||
+      cap.max_send_sge > device::kMaxSge || cap.max_recv_sge > device::kMaxSge ||
+      cap.max_inline_data > device::kMaxInlineData) {
+    Log().warn("ibv_create_qp: capabilities exceed the device's (max_qp_wr {}, max_sge {}, "
+               "max_inline_data {})", device::kMaxQpWr, device::kMaxSge, device::kMaxInlineData);
+    return InvalidArgument("cap");
+  }
+  auto qpn = ctx->engine->AllocateQpn();
+  if (!qpn.ok()) return qpn.status();
+  engine::QpCaps caps{cap.max_send_wr, cap.max_recv_wr, cap.max_send_sge, cap.max_recv_sge,
+                      cap.max_inline_data};
+  auto* qp = new Qp{};
+  ibv_qp& q = qp->ibv.qp_base;
+  qp->qp = std::make_shared<engine::Qp>(
+      *qpn, static_cast<engine::QpType>(attr->qp_type), ToPd(attr->pd)->handle,
+      ToCq(attr->send_cq)->cq.get(), ToCq(attr->recv_cq)->cq.get(), caps,
+      reinterpret_cast<uint64_t>(&q));
+  qp->type = static_cast<objects::QpType>(attr->qp_type);
+  qp->attrs.cap = {cap.max_send_wr, cap.max_recv_wr, cap.max_send_sge, cap.max_recv_sge,
+                   cap.max_inline_data};
+  qp->sq_sig_all = attr->sq_sig_all != 0;
+  q.context = context;
+  q.qp_context = attr->qp_context;
+  q.pd = attr->pd;
+  q.send_cq = attr->send_cq;
+  q.recv_cq = attr->recv_cq;
+  q.srq = attr->srq;
+  q.handle = *qpn;
+  q.qp_num = *qpn;
+  q.state = IBV_QPS_RESET;
+  q.qp_type = attr->qp_type;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  q.events_completed = 0;
+  ctx->engine->AddQp(qp->qp);
+  Log().debug("{} qp#{}: created {} QP", ctx->device->name(), *qpn, objects::ToString(qp->type));
+  return &q;
+}
+
+int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
+  Qp* qp = ToQp(ibv);
+  Context* ctx = ToContext(ibv->context);
+  const device::Device& dev = *ctx->device;
+  QpAttributes requested = ToAttributes(*attr);
+  objects::QpLimits limits;
+  limits.num_ports = dev.num_ports();
+  limits.gid_table_len = device::kGidTableLength;
+  limits.max_rd_atomic = device::kMaxQpRdAtom;
+  limits.max_dest_rd_atomic = device::kMaxQpRdAtom;
+  int port = (mask & IBV_QP_PORT) ? attr->port_num : qp->attrs.port_num;
+  if (!dev.ValidPort(port)) port = 1;
+  device::PortAttr pa = dev.QueryPort(port);
+  limits.roce = pa.link_layer == device::LinkLayer::kEthernet;
+  limits.port_active_mtu = pa.active_mtu;
+  limits.auto_path_mig = false;
+  std::lock_guard modify(qp->modify_mu);
+  Status s = objects::CheckModify(qp->type, qp->attrs, requested, static_cast<uint32_t>(mask), limits);
+  uint32_t dest_ip = 0;
+  if (s.ok() && (mask & IBV_QP_AV) && requested.ah_attr.has_grh &&
+      !Ipv4FromGid(requested.ah_attr.dgid, &dest_ip)) {
+    s = InvalidArgument("the destination GID is not an IPv4-mapped RoCE v2 GID; "
+                        "this device reaches IPv4 hosts only");
+  }
+  if (!s.ok()) {
+    Log().warn("ibv_modify_qp qp#{}: {}", ibv->qp_num, s.message());
+    return s.code();
+  }
+  objects::ApplyModify(qp->attrs, requested, static_cast<uint32_t>(mask));
+  engine::Qp& eqp = *qp->qp;
+  objects::QpState before;
+  {
+    std::lock_guard lock(eqp.mu);
+    before = static_cast<objects::QpState>(eqp.attrs.state);
+    engine::TransportAttrs& t = eqp.attrs;
+    t.state = ToEngineState(qp->attrs.state);
+    t.qkey = qp->attrs.qkey;
+    t.sq_psn = qp->attrs.sq_psn;
+    t.rq_psn = qp->attrs.rq_psn;
+    t.dest_qpn = qp->attrs.dest_qp_num;
+    t.path_mtu = objects::MtuBytes(qp->attrs.path_mtu);
+    if (mask & IBV_QP_AV) t.dest_ip = dest_ip;
+    t.access = qp->attrs.qp_access_flags;
+    t.port = qp->attrs.port_num == 0 ? 1 : qp->attrs.port_num;
+    t.timeout = qp->attrs.timeout;
+    t.retry_cnt = qp->attrs.retry_cnt;
+    t.rnr_retry = qp->attrs.rnr_retry;
+    t.min_rnr_timer = qp->attrs.min_rnr_timer;
+    if (mask & IBV_QP_SQ_PSN) eqp.next_send_psn = qp->attrs.sq_psn;
+    if (qp->attrs.state == objects::QpState::kReset) {
+      eqp.sq.clear();
+      eqp.rq.clear();
+      eqp.sq_outstanding = 0;
+    }
+  }
+  ibv->state = static_cast<ibv_qp_state>(qp->attrs.state);
+  if (qp->attrs.state == objects::QpState::kErr) Flush(eqp);
+  if (before != qp->attrs.state) {
+    Log().debug("{} qp#{}: {} -> {}", dev.name(), ibv->qp_num, objects::ToString(before),
+                objects::ToString(qp->attrs.state));
+  }
+  return 0;
+}
+
+int QueryQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init_attr) {
+  Qp* qp = ToQp(ibv);
+  std::lock_guard modify(qp->modify_mu);
+  const QpAttributes& a = qp->attrs;
+  std::memset(attr, 0, sizeof *attr);
+  attr->qp_state = static_cast<ibv_qp_state>(a.state);
+  attr->cur_qp_state = static_cast<ibv_qp_state>(a.state);
+  attr->path_mtu = static_cast<ibv_mtu>(a.path_mtu);
+  attr->path_mig_state = static_cast<ibv_mig_state>(a.path_mig_state);
+  attr->qkey = a.qkey;
+  attr->rq_psn = a.rq_psn;
+  attr->sq_psn = a.sq_psn;
+  attr->dest_qp_num = a.dest_qp_num;
+  attr->qp_access_flags = a.qp_access_flags;
+  attr->cap = {a.cap.max_send_wr, a.cap.max_recv_wr, a.cap.max_send_sge, a.cap.max_recv_sge,
+               a.cap.max_inline_data};
+  attr->ah_attr = FromAv(a.ah_attr);
+  attr->alt_ah_attr = FromAv(a.alt_ah_attr);
+  attr->pkey_index = a.pkey_index;
+  attr->alt_pkey_index = a.alt_pkey_index;
+  attr->en_sqd_async_notify = a.en_sqd_async_notify;
+  attr->sq_draining = a.sq_draining;
+  attr->max_rd_atomic = a.max_rd_atomic;
+  attr->max_dest_rd_atomic = a.max_dest_rd_atomic;
+  attr->min_rnr_timer = a.min_rnr_timer;
+  attr->port_num = a.port_num;
+  attr->timeout = a.timeout;
+  attr->retry_cnt = a.retry_cnt;
+  attr->rnr_retry = a.rnr_retry;
+  attr->alt_port_num = a.alt_port_num;
+  attr->alt_timeout = a.alt_timeout;
+  if (init_attr != nullptr) {
+    std::memset(init_attr, 0, sizeof *init_attr);
+    init_attr->qp_context = ibv->qp_context;
+    init_attr->send_cq = ibv->send_cq;
+    init_attr->recv_cq = ibv->recv_cq;
+    init_attr->srq = ibv->srq;
+    init_attr->cap = attr->cap;
+    init_attr->qp_type = ibv->qp_type;
+    init_attr->sq_sig_all = qp->sq_sig_all;
+  }
+  return 0;
+}
+
+int DetachQp(ibv_qp* ibv) {
+  ToContext(ibv->context)->engine->RemoveQp(ibv->qp_num);
+  return 0;
+}
+
+void FreeQp(ibv_qp* ibv) {
+  pthread_mutex_destroy(&ibv->mutex);
+  pthread_cond_destroy(&ibv->cond);
+  delete ToQp(ibv);
+}
+
+Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr) {
+  const device::Device& dev = *ToContext(pd->context)->device;
+  if (!dev.ValidPort(attr.port_num)) {
+    Log().warn("ibv_create_ah: port_num {} is not a port of {}", attr.port_num, dev.name());
+    return InvalidArgument("port");
+  }
+  bool roce = dev.QueryPort(attr.port_num).link_layer == device::LinkLayer::kEthernet;
+  if (roce && !attr.is_global) {
+    Log().warn("ibv_create_ah: on RoCE (Ethernet link layer) an address handle needs a GRH: set "
+               "is_global = 1 and grh.dgid (ibv_ud_pingpong: use -g 0)");
+    return InvalidArgument("no GRH on RoCE");
+  }
+  if (attr.is_global && attr.grh.sgid_index >= device::kGidTableLength) {
+    Log().warn("ibv_create_ah: sgid_index {} is outside the GID table", attr.grh.sgid_index);
+    return InvalidArgument("sgid_index");
+  }
+  uint32_t ip = 0;
+  if (attr.is_global && !Ipv4FromGid(attr.grh.dgid.raw, &ip)) {
+    Log().warn("ibv_create_ah: the destination GID is not an IPv4-mapped RoCE v2 GID; this "
+               "device reaches IPv4 hosts only");
+    return InvalidArgument("dgid");
+  }
+  auto* ah = new Ah{};
+  ah->ibv.context = pd->context;
+  ah->ibv.pd = pd;
+  ah->attr = attr;
+  ah->dst_ip = ip;
+  return &ah->ibv;
+}
+
+int DestroyAh(ibv_ah* ah) {
+  delete ToAh(ah);
+  return 0;
+}
+
+}  // namespace rdmaemu::provider

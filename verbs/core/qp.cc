@@ -1,0 +1,63 @@
+// Queue pairs and address handles.
+#include <cerrno>
+
+#include "provider/provider.h"
+#include "verbs/core/library.h"
+
+namespace rdmaemu::verbs {
+
+ibv_qp* LibCreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  auto qp = provider::CreateQp(context, attr);
+  if (!qp.ok()) return FailWith<ibv_qp>(qp.status().code());
+  return *qp;
+}
+
+}  // namespace rdmaemu::verbs
+
+using namespace rdmaemu;
+using namespace rdmaemu::verbs;
+
+extern "C" {
+
+ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
+  ibv_qp_init_attr_ex ex{};
+  ex.qp_context = qp_init_attr->qp_context;
+  ex.send_cq = qp_init_attr->send_cq;
+  ex.recv_cq = qp_init_attr->recv_cq;
+  ex.srq = qp_init_attr->srq;
+  ex.cap = qp_init_attr->cap;
+  ex.qp_type = qp_init_attr->qp_type;
+  ex.sq_sig_all = qp_init_attr->sq_sig_all;
+  ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+  ex.pd = pd;
+  ibv_qp* qp = LibCreateQpEx(pd->context, &ex);
+  // As rdma-core, report the capabilities the QP got.
+  if (qp != nullptr) qp_init_attr->cap = ex.cap;
+  return qp;
+}
+
+int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  return provider::ModifyQp(qp, attr, attr_mask);
+}
+
+int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr) {
+  return provider::QueryQp(qp, attr, attr_mask, init_attr);
+}
+
+int ibv_destroy_qp(ibv_qp* qp) {
+  if (int rc = provider::DetachQp(qp); rc != 0) return rc;
+  unsigned reported = Private(qp->context)->async_events.Discard(qp);
+  WaitForAcks(&qp->mutex, &qp->cond, &qp->events_completed, reported, nullptr, 0, "qp", qp);
+  provider::FreeQp(qp);
+  return 0;
+}
+
+ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
+  auto ah = provider::CreateAh(pd, *attr);
+  if (!ah.ok()) return FailWith<ibv_ah>(ah.status().code());
+  return *ah;
+}
+
+int ibv_destroy_ah(ibv_ah* ah) { return provider::DestroyAh(ah); }
+
+}  // extern "C"
