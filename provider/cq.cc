@@ -1,4 +1,6 @@
 // Completion queues: creation, the poll paths (classic and extended), arming.
+#include <sched.h>
+
 #include <ctime>
 
 #include "emulator/base/log.h"
@@ -49,6 +51,9 @@ int PollCq(ibv_cq* ibv, int num_entries, ibv_wc* wc) {
     total += got;
     if (got < want) break;
   }
+  // The device is a thread of this process: a program spinning on an empty
+  // CQ would otherwise hold the CPU the engine needs to complete its work.
+  if (total == 0) sched_yield();
   return total;
 }
 
@@ -69,6 +74,7 @@ int StartPoll(ibv_cq_ex* ibv, ibv_poll_cq_attr* attr) {
   cq->poll_mu.lock();
   if (!cq->cq->Peek(&cq->current)) {
     cq->poll_mu.unlock();
+    sched_yield();  // as in PollCq
     return ENOENT;
   }
   LoadCurrent(cq);
