@@ -1,0 +1,135 @@
+#!/bin/bash
+# The rdmaemu binary as a user meets it: help texts, exit statuses, errors on
+# stderr that name what was wrong, and what `run` hands to the program.
+# Usage: cli_test.sh RDMAEMU LIBIBVERBS
+set -u
+# Absolute, not resolved: the tool must work from its runfiles path.
+tool="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+lib="$2"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+failures=0
+checks=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# t NAME EXPECTED_STATUS CMD...: runs CMD, keeps stdout/stderr in $out/$err.
+t() {
+  local name="$1" want="$2"
+  shift 2
+  checks=$((checks + 1))
+  out="$tmp/$name.out"
+  err="$tmp/$name.err"
+  "$@" >"$out" 2>"$err"
+  local rc=$?
+  if [[ "$rc" != "$want" ]]; then
+    fail "$name: exit status $rc, want $want; stderr:"
+    sed 's/^/    /' "$err" | head -10
+    return 1
+  fi
+  return 0
+}
+has() {  # has NAME FILE REGEX
+  if ! grep -qE -- "$3" "$2"; then
+    fail "$1: no line matching '$3' in $(basename "$2"):"
+    sed 's/^/    /' "$2" | head -15
+  fi
+}
+empty() {  # empty NAME FILE
+  if [[ -s "$2" ]]; then
+    fail "$1: $(basename "$2") should be empty:"
+    sed 's/^/    /' "$2" | head -5
+  fi
+}
+
+# --- help and version
+t help 0 "$tool" --help && { has help "$out" '^Usage: rdmaemu'; has help "$out" '^  run '; has help "$out" '^  devices '; empty help "$err"; }
+t help_short 0 "$tool" -h && has help_short "$out" '^Usage: rdmaemu'
+t help_word 0 "$tool" help && has help_word "$out" '^Usage: rdmaemu'
+t version 0 "$tool" --version && has version "$out" '^rdmaemu [0-9]+\.[0-9]+\.[0-9]+$'
+for cmd in run devices; do
+  t "help_$cmd" 0 "$tool" help "$cmd" && has "help_$cmd" "$out" "^Usage: rdmaemu $cmd"
+  t "${cmd}_help" 0 "$tool" "$cmd" --help && has "${cmd}_help" "$out" "^Usage: rdmaemu $cmd"
+  t "${cmd}_h" 0 "$tool" "$cmd" -h && has "${cmd}_h" "$out" "^Usage: rdmaemu $cmd"
+done
+# Only working commands are offered: nothing announced for later.
+if grep -qE '^  (port|fault|event|stats|capture|demo) ' "$tmp/help.out"; then
+  fail "help lists a command that does not exist yet"
+fi
+t unimplemented 2 "$tool" stats && has unimplemented "$err" "unknown command 'stats'"
+
+# --- usage errors: status 2, stderr names the culprit, stdout stays clean
+t no_args 2 "$tool" && has no_args "$err" '^Usage: rdmaemu'
+t bad_cmd 2 "$tool" frobnicate && { has bad_cmd "$err" "unknown command 'frobnicate'"; empty bad_cmd "$out"; }
+t bad_top_opt 2 "$tool" --frob && has bad_top_opt "$err" "unknown option '--frob'"
+t help_bad 2 "$tool" help frobnicate && has help_bad "$err" "unknown command 'frobnicate'"
+t run_bad_opt 2 "$tool" run --frob -- true && has run_bad_opt "$err" "unknown option '--frob'"
+t run_no_prog 2 "$tool" run && has run_no_prog "$err" 'no PROGRAM'
+t run_no_prog2 2 "$tool" run --log info -- && has run_no_prog2 "$err" 'no PROGRAM'
+t run_missing_value 2 "$tool" run --log && has run_missing_value "$err" "'--log' needs a value"
+t bad_level 2 "$tool" run --log loud -- true && { has bad_level "$err" "--log: 'loud' is not a level"; empty bad_level "$out"; }
+t bad_engine 2 "$tool" run --engine dpdk -- true && has bad_engine "$err" "--engine: 'dpdk' is not an engine"
+t bad_address 2 "$tool" run --address 300.1.1.1 -- true && has bad_address "$err" "--address: '300.1.1.1'"
+t bad_address6 2 "$tool" run --address ::1 -- true && has bad_address6 "$err" "--address: '::1'"
+t bad_port 2 "$tool" run --udp-port 0 -- true && has bad_port "$err" "--udp-port: '0'"
+t bad_config 2 "$tool" run --config "$tmp/nope.conf" -- true && has bad_config "$err" "--config: cannot use '.*nope.conf'"
+t bad_lib 1 "$tool" run --lib "$tmp" -- true && has bad_lib "$err" "--lib: no readable libibverbs.so.1 in"
+t bad_lib_env 1 env RDMAEMU_LIB="$tmp/none" "$tool" run -- true && has bad_lib_env "$err" "RDMAEMU_LIB: '.*none' does not exist"
+t devices_bad_opt 2 "$tool" devices --frob && has devices_bad_opt "$err" "unknown option '--frob'"
+t devices_operand 2 "$tool" devices emu0 && has devices_operand "$err" "unexpected argument 'emu0'"
+t devices_bad_level 2 "$tool" devices --log=loud && has devices_bad_level "$err" "--log: 'loud'"
+
+# --- run: a missing program is 127, like a shell; not executable is 126
+t missing_prog 127 "$tool" run -- no-such-program-xyz && has missing_prog "$err" 'no-such-program-xyz: command not found'
+t missing_path 127 "$tool" run -- "$tmp/no/such/prog" && has missing_path "$err" 'no such file'
+touch "$tmp/not-exec"
+t not_exec 126 "$tool" run -- "$tmp/not-exec" && has not_exec "$err" 'cannot execute'
+
+# --- run: exit status and arguments are the program's own
+t status 3 "$tool" run -- sh -c 'exit 3'
+t args_passed 0 "$tool" run -- sh -c 'printf "%s|" "$@"' sh --help -x "a b" && has args_passed "$out" '^--help\|-x\|a b\|$'
+t no_dashdash 0 "$tool" run echo hello && has no_dashdash "$out" '^hello$'
+t signal 143 "$tool" run -- sh -c 'kill -TERM $$'
+
+# --- run: the environment the program gets
+want_lib=$(readlink -f "$lib")
+cfg="$tmp/dev.conf"
+printf 'device emu7\nport\n' >"$cfg"
+t env_all 0 env -u RDMAEMU_LOG LD_LIBRARY_PATH=/old/dir "$tool" run --log debug --config "$cfg" \
+  --address 127.0.0.9 --udp-port 5000 --engine epoll -- /usr/bin/env
+if [[ $? -eq 0 || -s "$out" ]]; then
+  has env_all "$out" '^RDMAEMU_LOG=debug$'
+  has env_all "$out" "^RDMAEMU_CONFIG=$cfg\$"
+  has env_all "$out" '^RDMAEMU_ADDRESS=127\.0\.0\.9$'
+  has env_all "$out" '^RDMAEMU_UDP_PORT=5000$'
+  has env_all "$out" '^RDMAEMU_ENGINE=epoll$'
+  has env_all "$out" '^LD_LIBRARY_PATH=/.*:/old/dir$'
+  first=$(sed -n 's/^LD_LIBRARY_PATH=\([^:]*\).*/\1/p' "$out")
+  if [[ "$(readlink -f "$first/libibverbs.so.1")" != "$want_lib" ]]; then
+    fail "env_all: LD_LIBRARY_PATH starts with '$first', which does not hold the built library ($want_lib)"
+  fi
+  # The directory holds our library only: nothing else for ld.so to pick up.
+  others=$(ls "$first" | grep -E '\.so(\.|$)' | grep -vx 'libibverbs.so.1')
+  [[ -z "$others" ]] || fail "env_all: $first holds other shared objects: $others"
+fi
+# A relative --config becomes absolute, so the program may change directory.
+(cd "$tmp" && "$tool" run --config dev.conf -- /usr/bin/env) >"$tmp/rel.out" 2>&1
+has rel_config "$tmp/rel.out" "^RDMAEMU_CONFIG=$cfg\$"
+# Options not given leave inherited variables alone.
+t env_inherit 0 env RDMAEMU_LOG=trace "$tool" run -- /usr/bin/env && has env_inherit "$out" '^RDMAEMU_LOG=trace$'
+t no_ld_path 0 env -u LD_LIBRARY_PATH "$tool" run -- /usr/bin/env && has no_ld_path "$out" '^LD_LIBRARY_PATH=/[^:]*$'
+
+# --- --lib: a directory or the file itself
+libdir=$(dirname "$want_lib")
+t lib_dir 0 "$tool" run --lib "$libdir" -- /usr/bin/env && has lib_dir "$out" "^LD_LIBRARY_PATH=$libdir(:|\$)"
+t lib_file 0 "$tool" run --lib "$want_lib" -- /usr/bin/env && has lib_file "$out" "^LD_LIBRARY_PATH=$libdir(:|\$)"
+t lib_env 0 env RDMAEMU_LIB="$libdir" "$tool" run -- /usr/bin/env && has lib_env "$out" "^LD_LIBRARY_PATH=$libdir(:|\$)"
+
+# --- found through the real path too (bazel-bin/tools/rdmaemu -> bazel-bin/verbs)
+real_tool=$(readlink -f "$tool")
+t real_path 0 env -u RUNFILES_DIR -u RUNFILES_MANIFEST_FILE "$real_tool" run -- /usr/bin/env
+[[ $? -ne 0 ]] || {
+  first=$(sed -n 's/^LD_LIBRARY_PATH=\([^:]*\).*/\1/p' "$out")
+  [[ "$(readlink -f "$first/libibverbs.so.1")" == "$want_lib" ]] || fail "real_path: found '$first', not the built library"
+}
+
+echo "$checks checks, $failures failures"
+[[ $failures -eq 0 ]]

@@ -1,0 +1,38 @@
+// Finding the built libibverbs.so.1 that `run` and `devices` use.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rdmaemu::cli {
+
+inline constexpr const char* kLibraryName = "libibverbs.so.1";
+
+struct LibrarySearch {
+  std::optional<std::string> lib_option;  // --lib DIR (or the file itself)
+  std::optional<std::string> lib_env;     // RDMAEMU_LIB
+  std::optional<std::string> runfiles_dir;  // RUNFILES_DIR, set by Bazel
+  std::string argv0;                      // how the tool was invoked
+  std::string self_exe;                   // its real path (/proc/self/exe)
+};
+
+struct LibraryLocation {
+  std::string dir;    // absolute directory to put first on LD_LIBRARY_PATH
+  std::string path;   // dir + "/libibverbs.so.1"
+  std::string error;  // non-empty: not found, and why
+};
+
+// Looks, in order, at --lib, RDMAEMU_LIB (either is final: if given and
+// wrong, that is the error), then the tool's Bazel runfiles, then
+// `bazel-bin/verbs/` relative to the tool's real path
+// (bazel-bin/tools/rdmaemu/rdmaemu -> bazel-bin/verbs/libibverbs.so.1).
+LibraryLocation FindLibrary(const LibrarySearch& search);
+
+// The search inputs of this process.
+LibrarySearch CurrentSearch(const std::optional<std::string>& lib_option, const char* argv0);
+
+// Where FindLibrary looks after --lib and RDMAEMU_LIB, for error messages.
+std::vector<std::string> DefaultCandidates(const LibrarySearch& search);
+
+}  // namespace rdmaemu::cli

@@ -1,0 +1,83 @@
+// `rdmaemu run [OPTIONS] -- PROGRAM [ARGS...]`: execs PROGRAM with the built
+// libibverbs.so.1 first on LD_LIBRARY_PATH and the RDMAEMU_* variables set.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "tools/rdmaemu/commands.h"
+#include "tools/rdmaemu/locate.h"
+#include "tools/rdmaemu/options.h"
+
+namespace rdmaemu::cli {
+
+std::string RunHelp() {
+  return "Usage: rdmaemu run [OPTIONS] [--] PROGRAM [ARGS...]\n"
+         "\n"
+         "Runs PROGRAM, unmodified, on the emulated RDMA device: puts the directory of\n"
+         "the built libibverbs.so.1 first on LD_LIBRARY_PATH, sets the RDMAEMU_*\n"
+         "variables from the options, and replaces itself with PROGRAM, so the exit\n"
+         "status and signals are PROGRAM's own. PROGRAM is looked up on PATH like a\n"
+         "shell does; if it is not found the status is 127 (126 if it cannot be run).\n"
+         "\n"
+         "Options (each sets the variable in brackets for PROGRAM):\n" +
+         FormatOptions(kEnvironmentOptions) +
+         "\n"
+         "The library is taken from --lib, else RDMAEMU_LIB, else the tool's Bazel\n"
+         "runfiles, else bazel-bin/verbs/ next to the tool's own bazel-bin.\n"
+         "\n"
+         "Examples:\n"
+         "  rdmaemu run -- ibv_devinfo -v\n"
+         "  rdmaemu run --log debug --config devices.conf -- ./my_prog --size 4096\n";
+}
+
+int RunMain(std::span<const std::string> args, const char* argv0) {
+  ParsedArgs parsed = ParseArgs(args, kEnvironmentOptions);
+  if (!parsed.error.empty()) return UsageError("run", parsed.error);
+  if (parsed.help) {
+    std::fputs(RunHelp().c_str(), stdout);
+    return kExitOk;
+  }
+  if (std::string e = CheckEnvironmentOptions(parsed); !e.empty()) return UsageError("run", e);
+  if (parsed.operands.empty()) return UsageError("run", "no PROGRAM given (rdmaemu run -- PROGRAM [ARGS...])");
+
+  LibraryLocation lib = FindLibrary(CurrentSearch(parsed.Get("lib"), argv0));
+  if (!lib.error.empty()) {
+    PrintError("run", lib.error);
+    return kExitFailure;
+  }
+
+  std::string path = lib.dir;
+  if (const char* old = std::getenv("LD_LIBRARY_PATH"); old != nullptr && *old != '\0') {
+    path += ":";
+    path += old;
+  }
+  ::setenv("LD_LIBRARY_PATH", path.c_str(), 1);
+  ExportEnvironment(parsed);
+
+  std::vector<char*> argv;
+  for (const auto& a : parsed.operands) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  ::execvp(argv[0], argv.data());
+
+  int err = errno;
+  const std::string& program = parsed.operands[0];
+  if (err == ENOENT || err == ENOTDIR) {
+    if (program.find('/') == std::string::npos) {
+      PrintError("run", fmt::format("{}: command not found (not on PATH)", program));
+    } else {
+      PrintError("run", fmt::format("{}: no such file", program));
+    }
+    return kExitNotFound;
+  }
+  PrintError("run", fmt::format("cannot execute {}: {}", program, std::strerror(err)));
+  return kExitCannotExecute;
+}
+
+}  // namespace rdmaemu::cli
