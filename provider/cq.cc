@@ -201,9 +201,12 @@ int ResizeCq(ibv_cq* ibv, int cqe) {
 }
 
 int DetachCq(ibv_cq* ibv) {
-  // TODO(issue 3): EBUSY while a QP, SRQ or WQ still uses the CQ, and stop
-  // the engine from completing into it.
-  (void)ibv;
+  // The engine completes into a CQ only through its QPs, so a CQ no QP
+  // uses receives nothing more.
+  if (int users = ToCq(ibv)->users.load(); users != 0) {
+    Log().warn("ibv_destroy_cq: {} QP(s) still complete into this CQ; destroy them first", users);
+    return EBUSY;
+  }
   return 0;
 }
 

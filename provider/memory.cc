@@ -49,7 +49,11 @@ Result<ibv_pd*> AllocPd(ibv_context* context) {
 }
 
 int DeallocPd(ibv_pd* ibv) {
-  // TODO(issue 3): EBUSY while QPs, SRQs, AHs or MRs still use the PD.
+  if (int users = ToPd(ibv)->users.load(); users != 0) {
+    Log().warn("ibv_dealloc_pd: {} memory region(s), QP(s) or address handle(s) still use the PD; "
+               "destroy them first", users);
+    return EBUSY;
+  }
   delete ToPd(ibv);
   g_live_pds.fetch_sub(1);
   return 0;
@@ -70,6 +74,7 @@ Result<ibv_mr*> RegMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsi
     return mr.status();
   }
   auto* out = new Mr{};
+  ++ToPd(pd)->users;
   out->mr = *mr;
   out->ibv.context = pd->context;
   out->ibv.pd = pd;
@@ -109,6 +114,10 @@ int ReregMr(ibv_mr* ibv, int flags, ibv_pd* pd, void* addr, size_t length, int a
     return fresh.status().code();
   }
   mr->mr = *fresh;
+  if (new_pd != ibv->pd) {
+    ++ToPd(new_pd)->users;
+    --ToPd(ibv->pd)->users;
+  }
   ibv->pd = new_pd;
   ibv->addr = new_addr;
   ibv->length = new_len;
@@ -124,6 +133,7 @@ int DeregMr(ibv_mr* ibv) {
     Log().warn("ibv_dereg_mr: {}", s.message());
     return s.code();
   }
+  --ToPd(ibv->pd)->users;
   delete mr;
   return 0;
 }

@@ -5,6 +5,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -28,6 +29,7 @@ struct Context {
 struct Pd {
   ibv_pd ibv;  // must be first
   uint32_t handle = 0;
+  std::atomic<int> users{0};  // MRs, QPs and AHs created on it
 };
 
 struct Mr {
@@ -39,6 +41,7 @@ struct Cq {
   ibv_cq_ex ibv;  // must be first; ibv_cq_ex starts with ibv_cq's fields
   std::unique_ptr<objects::Cq> cq;
   uint64_t wc_flags = 0;
+  std::atomic<int> users{0};  // QPs completing into it
   // Extended polling: the CQE between start_poll and next/end_poll, and the
   // lock that makes one start..end sequence exclusive, as rxe's provider does.
   std::mutex poll_mu;

@@ -306,6 +306,9 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);
   q.events_completed = 0;
+  ++ToPd(attr->pd)->users;
+  ++ToCq(attr->send_cq)->users;
+  ++ToCq(attr->recv_cq)->users;
   ctx->engine->AddQp(qp->qp);
   Log().debug("{} qp#{}: created {} QP", ctx->device->name(), *qpn, objects::ToString(qp->type));
   return &q;
@@ -425,6 +428,9 @@ int DetachQp(ibv_qp* ibv) {
 }
 
 void FreeQp(ibv_qp* ibv) {
+  --ToPd(ibv->pd)->users;
+  --ToCq(ibv->send_cq)->users;
+  --ToCq(ibv->recv_cq)->users;
   pthread_mutex_destroy(&ibv->mutex);
   pthread_cond_destroy(&ibv->cond);
   delete ToQp(ibv);
@@ -453,6 +459,7 @@ Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr) {
     return InvalidArgument("dgid");
   }
   auto* ah = new Ah{};
+  ++ToPd(pd)->users;
   ah->ibv.context = pd->context;
   ah->ibv.pd = pd;
   ah->attr = attr;
@@ -461,6 +468,7 @@ Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr) {
 }
 
 int DestroyAh(ibv_ah* ah) {
+  --ToPd(ah->pd)->users;
   delete ToAh(ah);
   return 0;
 }
