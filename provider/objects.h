@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "emulator/device/device.h"
 #include "emulator/engine/engine.h"
@@ -73,6 +74,13 @@ inline Cq* ToCq(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
 inline Cq* ToCq(ibv_cq_ex* c) { return reinterpret_cast<Cq*>(c); }
 inline Qp* ToQp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
 inline Ah* ToAh(ibv_ah* a) { return reinterpret_cast<Ah*>(a); }
+
+// Validates one work request against its QP and builds the device's WQE
+// (qp.cc); shared by ibv_post_send and the ibv_wr_* API.
+Result<engine::SendWqe> BuildSendWqe(Qp& qp, const ibv_send_wr& wr);
+// Queues built WQEs in order; stops with ENOMEM at the QP's capacity.
+// `queued` says how many went in. EINVAL before RTS.
+int QueueSends(Qp& qp, std::vector<engine::SendWqe>& wqes, size_t* queued);
 
 // The hooks SetEventHooks installed.
 const EventHooks& Hooks();

@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
 #include "emulator/objects/qp_state.h"
@@ -95,114 +97,176 @@ bool Ipv4FromGid(const uint8_t* gid, uint32_t* ip) {
 
 engine::QpState ToEngineState(objects::QpState s) { return static_cast<engine::QpState>(s); }
 
-// Completes every queued WR with WR_FLUSH_ERR, as a QP in ERR does.
-void Flush(engine::Qp& qp) {
-  std::deque<engine::SendWqe> sq;
-  std::deque<engine::RecvWqe> rq;
-  {
-    std::lock_guard lock(qp.mu);
-    sq.swap(qp.sq);
-    rq.swap(qp.rq);
-    qp.sq_outstanding = 0;
-  }
-  for (const auto& w : sq) {
-    objects::Cqe c;
-    c.wr_id = w.wr_id;
-    c.status = objects::WcStatus::kWrFlushErr;
-    c.qp_num = qp.qpn;
-    qp.send_cq->Push(c);
-  }
-  for (const auto& w : rq) {
-    objects::Cqe c;
-    c.wr_id = w.wr_id;
-    c.status = objects::WcStatus::kWrFlushErr;
-    c.opcode = objects::WcOpcode::kRecv;
-    c.qp_num = qp.qpn;
-    qp.recv_cq->Push(c);
+// Which send opcodes each transport carries (IBA 9.2, and what rxe accepts).
+bool OpcodeAllowed(engine::QpType type, ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+      return true;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return type != engine::QpType::kUd;
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return type == engine::QpType::kRc;
+    default:
+      return false;
   }
 }
 
-int PostSend(ibv_qp* ibv, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
-  Qp* qp = ToQp(ibv);
-  engine::Qp& eqp = *qp->qp;
-  int rc = 0;
+engine::SendOp ToSendOp(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_SEND_WITH_IMM: return engine::SendOp::kSendWithImm;
+    case IBV_WR_SEND_WITH_INV: return engine::SendOp::kSendWithInv;
+    case IBV_WR_RDMA_WRITE: return engine::SendOp::kRdmaWrite;
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return engine::SendOp::kRdmaWriteWithImm;
+    case IBV_WR_RDMA_READ: return engine::SendOp::kRdmaRead;
+    case IBV_WR_ATOMIC_CMP_AND_SWP: return engine::SendOp::kCompareSwap;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: return engine::SendOp::kFetchAdd;
+    default: return engine::SendOp::kSend;
+  }
+}
+
+}  // namespace
+
+Result<engine::SendWqe> BuildSendWqe(Qp& qp, const ibv_send_wr& wr) {
+  const engine::Qp& eqp = *qp.qp;
+  auto fail = [&](std::string why) -> Status {
+    RDMAEMU_WARN_LIMITED("ibv_post_send qp#{} wr_id {}: {}", eqp.qpn, wr.wr_id, why);
+    return InvalidArgument(std::move(why));
+  };
+  if (!OpcodeAllowed(eqp.type, wr.opcode)) {
+    return fail(fmt::format("opcode {} is not valid on a {} QP", static_cast<int>(wr.opcode),
+                            objects::ToString(qp.type)));
+  }
+  if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > eqp.caps.max_send_sge) {
+    return fail(fmt::format("num_sge {} exceeds the QP's max_send_sge {}", wr.num_sge,
+                            eqp.caps.max_send_sge));
+  }
+  engine::SendWqe w;
+  w.wr_id = wr.wr_id;
+  w.op = ToSendOp(wr.opcode);
+  w.signaled = qp.sq_sig_all || (wr.send_flags & IBV_SEND_SIGNALED);
+  w.solicited = wr.send_flags & IBV_SEND_SOLICITED;
+  w.fence = wr.send_flags & IBV_SEND_FENCE;
+  w.imm_data = wr.imm_data;
+  if (wr.opcode == IBV_WR_SEND_WITH_INV) w.invalidate_rkey = wr.invalidate_rkey;
+  const bool atomic = wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+  if (wr.send_flags & IBV_SEND_INLINE) {
+    if (wr.opcode == IBV_WR_RDMA_READ || atomic) {
+      return fail("IBV_SEND_INLINE cannot be used with RDMA READ or atomics (they write locally)");
+    }
+    w.is_inline = true;
+    for (int i = 0; i < wr.num_sge; ++i) {
+      const auto* p = reinterpret_cast<const uint8_t*>(wr.sg_list[i].addr);
+      w.inline_data.insert(w.inline_data.end(), p, p + wr.sg_list[i].length);
+    }
+    if (w.inline_data.size() > eqp.caps.max_inline_data) {
+      return fail(fmt::format("{} inline bytes exceed the QP's max_inline_data {}",
+                              w.inline_data.size(), eqp.caps.max_inline_data));
+    }
+    w.length = w.inline_data.size();
+  } else {
+    for (int i = 0; i < wr.num_sge; ++i) {
+      w.sges.push_back({wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey});
+      w.length += wr.sg_list[i].length;
+    }
+  }
+  if (w.length > device::kMaxMsgSize) {
+    return fail(fmt::format("message of {} bytes exceeds max_msg_sz {}", w.length, device::kMaxMsgSize));
+  }
+  switch (wr.opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+      w.remote_addr = wr.wr.rdma.remote_addr;
+      w.rkey = wr.wr.rdma.rkey;
+      break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      if (wr.num_sge != 1 || w.length != 8) {
+        return fail("an atomic needs exactly one 8-byte SGE for the original value");
+      }
+      if (wr.wr.atomic.remote_addr % 8 != 0) {
+        return fail(fmt::format("atomic remote_addr {:#x} is not 8-byte aligned", wr.wr.atomic.remote_addr));
+      }
+      w.remote_addr = wr.wr.atomic.remote_addr;
+      w.rkey = wr.wr.atomic.rkey;
+      w.compare_add = wr.wr.atomic.compare_add;
+      w.swap = wr.wr.atomic.swap;
+      break;
+    default:
+      break;
+  }
+  if (eqp.type == engine::QpType::kUd) {
+    if (wr.wr.ud.ah == nullptr) return fail("a UD send needs wr.ud.ah");
+    w.ud.dst_ip = ToAh(wr.wr.ud.ah)->dst_ip;
+    w.ud.remote_qpn = wr.wr.ud.remote_qpn & 0xffffff;
+    w.ud.remote_qkey = wr.wr.ud.remote_qkey;
+  }
+  return w;
+}
+
+int QueueSends(Qp& qp, std::vector<engine::SendWqe>& wqes, size_t* queued) {
+  engine::Qp& eqp = *qp.qp;
+  *queued = 0;
   bool posted = false;
   bool flush = false;
-  for (; wr != nullptr; wr = wr->next) {
+  int rc = 0;
+  {
     std::lock_guard lock(eqp.mu);
     engine::QpState state = eqp.attrs.state;
     if (state == engine::QpState::kReset || state == engine::QpState::kInit ||
         state == engine::QpState::kRtr) {
-      RDMAEMU_WARN_LIMITED("ibv_post_send: qp#{} is not ready to send (it must be in RTS)", eqp.qpn);
-      rc = EINVAL;
-      break;
+      RDMAEMU_WARN_LIMITED("ibv_post_send: qp#{} is in {}; it must reach RTS before sending",
+                           eqp.qpn, objects::ToString(static_cast<objects::QpState>(state)));
+      return EINVAL;
     }
-    if (eqp.type != engine::QpType::kUd) {
-      RDMAEMU_WARN_LIMITED("ibv_post_send: qp#{}: the RC/UC data path is not implemented yet", eqp.qpn);
-      rc = EOPNOTSUPP;
-      break;
-    }
-    if (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM) {
-      RDMAEMU_WARN_LIMITED("ibv_post_send: qp#{}: opcode {} is not valid on a UD QP (only SEND and SEND_WITH_IMM)",
-                           eqp.qpn, static_cast<int>(wr->opcode));
-      rc = EINVAL;
-      break;
-    }
-    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > eqp.caps.max_send_sge) {
-      RDMAEMU_WARN_LIMITED("ibv_post_send: qp#{}: num_sge {} exceeds max_send_sge {}", eqp.qpn,
-                           wr->num_sge, eqp.caps.max_send_sge);
-      rc = EINVAL;
-      break;
-    }
-    if (eqp.sq_outstanding >= eqp.caps.max_send_wr) {
-      rc = ENOMEM;
-      break;
-    }
-    if (wr->wr.ud.ah == nullptr) {
-      RDMAEMU_WARN_LIMITED("ibv_post_send: qp#{}: a UD send needs wr.ud.ah", eqp.qpn);
-      rc = EINVAL;
-      break;
-    }
-    engine::SendWqe w;
-    w.wr_id = wr->wr_id;
-    w.op = wr->opcode == IBV_WR_SEND_WITH_IMM ? engine::SendOp::kSendWithImm : engine::SendOp::kSend;
-    w.signaled = qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
-    w.solicited = wr->send_flags & IBV_SEND_SOLICITED;
-    w.imm_data = wr->imm_data;
-    w.ud.dst_ip = ToAh(wr->wr.ud.ah)->dst_ip;
-    w.ud.remote_qpn = wr->wr.ud.remote_qpn & 0xffffff;
-    w.ud.remote_qkey = wr->wr.ud.remote_qkey;
-    if (wr->send_flags & IBV_SEND_INLINE) {
-      w.is_inline = true;
-      for (int i = 0; i < wr->num_sge; ++i) {
-        const auto* p = reinterpret_cast<const uint8_t*>(wr->sg_list[i].addr);
-        w.inline_data.insert(w.inline_data.end(), p, p + wr->sg_list[i].length);
-      }
-      if (w.inline_data.size() > eqp.caps.max_inline_data) {
-        RDMAEMU_WARN_LIMITED("ibv_post_send: qp#{}: {} inline bytes exceed max_inline_data {}",
-                             eqp.qpn, w.inline_data.size(), eqp.caps.max_inline_data);
-        rc = EINVAL;
+    for (auto& w : wqes) {
+      if (eqp.sq_outstanding >= eqp.caps.max_send_wr) {
+        rc = ENOMEM;
         break;
       }
-      w.length = w.inline_data.size();
-    } else {
-      for (int i = 0; i < wr->num_sge; ++i) {
-        w.sges.push_back({wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey});
-        w.length += wr->sg_list[i].length;
-      }
+      ++eqp.sq_outstanding;
+      eqp.sq.push_back(std::move(w));
+      ++*queued;
     }
-    ++eqp.sq_outstanding;
-    eqp.sq.push_back(std::move(w));
     // A QP in ERR accepts work and completes it at once with a flush error.
-    if (state == engine::QpState::kErr) {
-      flush = true;
-    } else {
-      posted = true;
-    }
+    flush = state == engine::QpState::kErr;
+    posted = *queued > 0 && !flush;
   }
-  if (rc != 0) *bad_wr = wr;
-  if (posted) ToContext(ibv->context)->engine->Doorbell(eqp.qpn);
-  if (flush) Flush(eqp);
+  if (posted) ToContext(qp.ibv.qp_base.context)->engine->Doorbell(eqp.qpn);
+  if (flush) engine::FlushQp(eqp);
+  return rc;
+}
+
+namespace {
+
+int PostSend(ibv_qp* ibv, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  Qp* qp = ToQp(ibv);
+  std::vector<engine::SendWqe> wqes;
+  std::vector<ibv_send_wr*> order;
+  int rc = 0;
+  ibv_send_wr* first_bad = nullptr;
+  for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
+    auto built = BuildSendWqe(*qp, *w);
+    if (!built.ok()) {
+      rc = built.status().code();
+      first_bad = w;
+      break;
+    }
+    wqes.push_back(std::move(built).value());
+    order.push_back(w);
+  }
+  size_t queued = 0;
+  int qrc = QueueSends(*qp, wqes, &queued);
+  if (qrc != 0) {
+    *bad_wr = queued < order.size() ? order[queued] : first_bad;
+    return qrc;
+  }
+  if (rc != 0) *bad_wr = first_bad;
   return rc;
 }
 
@@ -237,8 +301,19 @@ int PostRecv(ibv_qp* ibv, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     flush = eqp.attrs.state == engine::QpState::kErr;
   }
   if (rc != 0) *bad_wr = wr;
-  if (flush) Flush(eqp);
+  if (flush) engine::FlushQp(eqp);
   return rc;
+}
+
+// The engine moves a QP to ERR by itself (retries exhausted, a fatal NAK);
+// modify and query start from the state it is really in.
+void SyncEngineState(Qp& qp) {
+  std::lock_guard lock(qp.qp->mu);
+  auto state = static_cast<objects::QpState>(qp.qp->attrs.state);
+  if (state != qp.attrs.state) {
+    qp.attrs.state = qp.attrs.cur_state = state;
+    qp.ibv.qp_base.state = static_cast<ibv_qp_state>(state);
+  }
 }
 
 }  // namespace
@@ -331,6 +406,7 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
   limits.port_active_mtu = pa.active_mtu;
   limits.auto_path_mig = false;
   std::lock_guard modify(qp->modify_mu);
+  SyncEngineState(*qp);
   Status s = objects::CheckModify(qp->type, qp->attrs, requested, static_cast<uint32_t>(mask), limits);
   uint32_t dest_ip = 0;
   if (s.ok() && (mask & IBV_QP_AV) && requested.ah_attr.has_grh &&
@@ -351,8 +427,6 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
     engine::TransportAttrs& t = eqp.attrs;
     t.state = ToEngineState(qp->attrs.state);
     t.qkey = qp->attrs.qkey;
-    t.sq_psn = qp->attrs.sq_psn;
-    t.rq_psn = qp->attrs.rq_psn;
     t.dest_qpn = qp->attrs.dest_qp_num;
     t.path_mtu = objects::MtuBytes(qp->attrs.path_mtu);
     if (mask & IBV_QP_AV) t.dest_ip = dest_ip;
@@ -362,15 +436,24 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
     t.retry_cnt = qp->attrs.retry_cnt;
     t.rnr_retry = qp->attrs.rnr_retry;
     t.min_rnr_timer = qp->attrs.min_rnr_timer;
+    t.max_rd_atomic = qp->attrs.max_rd_atomic;
     if (mask & IBV_QP_SQ_PSN) eqp.next_send_psn = qp->attrs.sq_psn;
+    if (mask & IBV_QP_RQ_PSN) eqp.epsn = qp->attrs.rq_psn;
     if (qp->attrs.state == objects::QpState::kReset) {
+      // Back to the state of a new QP: every queue and transport context emptied.
       eqp.sq.clear();
       eqp.rq.clear();
+      eqp.inflight.clear();
+      eqp.replay.clear();
       eqp.sq_outstanding = 0;
+      eqp.in_send = eqp.in_write = false;
+      eqp.write_mr.reset();
+      eqp.nak_sent = eqp.uc_resync = eqp.rnr_waiting = false;
+      eqp.msn = 0;
     }
   }
   ibv->state = static_cast<ibv_qp_state>(qp->attrs.state);
-  if (qp->attrs.state == objects::QpState::kErr) Flush(eqp);
+  if (qp->attrs.state == objects::QpState::kErr) engine::FlushQp(eqp);
   if (before != qp->attrs.state) {
     Log().debug("{} qp#{}: {} -> {}", dev.name(), ibv->qp_num, objects::ToString(before),
                 objects::ToString(qp->attrs.state));
@@ -381,6 +464,7 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
 int QueryQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init_attr) {
   Qp* qp = ToQp(ibv);
   std::lock_guard modify(qp->modify_mu);
+  SyncEngineState(*qp);
   const QpAttributes& a = qp->attrs;
   std::memset(attr, 0, sizeof *attr);
   attr->qp_state = static_cast<ibv_qp_state>(a.state);

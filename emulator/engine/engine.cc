@@ -10,6 +10,7 @@
 
 #include "emulator/base/endian.h"
 #include "emulator/base/log.h"
+#include "emulator/engine/internal.h"
 #include "emulator/objects/mr.h"
 #include "emulator/wire/icrc.h"
 #include "emulator/wire/psn.h"
@@ -47,6 +48,68 @@ void WriteGrh(uint8_t* grh, uint32_t src_ip, uint32_t dst_ip, size_t udp_payload
 
 }  // namespace
 
+uint64_t NowNs() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+}
+
+objects::WcOpcode CompletionOpcode(SendOp op) {
+  switch (op) {
+    case SendOp::kSend: case SendOp::kSendWithImm: case SendOp::kSendWithInv:
+      return objects::WcOpcode::kSend;
+    case SendOp::kRdmaWrite: case SendOp::kRdmaWriteWithImm:
+      return objects::WcOpcode::kRdmaWrite;
+    case SendOp::kRdmaRead:
+      return objects::WcOpcode::kRdmaRead;
+    case SendOp::kCompareSwap:
+      return objects::WcOpcode::kCompSwap;
+    case SendOp::kFetchAdd:
+      return objects::WcOpcode::kFetchAdd;
+  }
+  return objects::WcOpcode::kSend;
+}
+
+void FlushLocked(Qp& qp, std::vector<std::pair<objects::Cq*, objects::Cqe>>& out) {
+  auto flushed_send = [&](const SendWqe& w) {
+    objects::Cqe c;
+    c.wr_id = w.wr_id;
+    c.status = objects::WcStatus::kWrFlushErr;
+    c.opcode = CompletionOpcode(w.op);
+    c.qp_num = qp.qpn;
+    c.timestamp_ns = NowNs();
+    out.emplace_back(qp.send_cq, c);
+  };
+  for (const auto& f : qp.inflight) flushed_send(f.wqe);
+  for (const auto& w : qp.sq) flushed_send(w);
+  if (qp.in_send) qp.rq.push_front(std::move(qp.recv));
+  for (const auto& w : qp.rq) {
+    objects::Cqe c;
+    c.wr_id = w.wr_id;
+    c.status = objects::WcStatus::kWrFlushErr;
+    c.opcode = objects::WcOpcode::kRecv;
+    c.qp_num = qp.qpn;
+    c.timestamp_ns = NowNs();
+    out.emplace_back(qp.recv_cq, c);
+  }
+  qp.inflight.clear();
+  qp.sq.clear();
+  qp.rq.clear();
+  qp.sq_outstanding = 0;
+  qp.in_send = false;
+  qp.in_write = false;
+  qp.write_mr.reset();
+  qp.rnr_waiting = false;
+}
+
+void FlushQp(Qp& qp) {
+  std::lock_guard lock(qp.mu);
+  std::vector<std::pair<objects::Cq*, objects::Cqe>> cqes;
+  FlushLocked(qp, cqes);
+  for (auto& [cq, c] : cqes) {
+    if (!cq->Push(c)) RDMAEMU_WARN_LIMITED("qp#{}: CQ overrun while flushing", qp.qpn);
+  }
+}
+
 Engine::Engine(std::shared_ptr<device::Device> device) : device_(std::move(device)) {}
 
 Engine::~Engine() {
@@ -61,6 +124,7 @@ Result<std::shared_ptr<Engine>> Engine::Start(std::shared_ptr<device::Device> de
   std::shared_ptr<Engine> engine(new Engine(std::move(device)));
   engine->local_ip_ = ntohl(socket->address().sin_addr.s_addr);
   engine->udp_port_ = ntohs(socket->address().sin_port);
+  engine->packet_.resize(wire::kMaxPacketBytes);
   auto loop = net::Loop::Create(*backend, std::move(socket).value(), engine.get());
   if (!loop.ok()) return loop.status();
   engine->loop_ = std::move(loop).value();
@@ -95,8 +159,8 @@ void Engine::RemoveQp(uint32_t qpn) {
     qp = std::move(it->second);
     qps_.erase(it);
   }
-  // The loop thread may be inside a handler holding its own reference; taking
-  // the QP's lock once after unpublishing orders us after any such use.
+  // The loop thread works on a QP only under its mu, holding a reference it
+  // found before we unpublished it: taking mu once orders us after that use.
   std::lock_guard lock(qp->mu);
 }
 
@@ -114,135 +178,171 @@ void Engine::Doorbell(uint32_t qpn) {
   loop_->Ring();
 }
 
-std::optional<std::chrono::steady_clock::time_point> Engine::OnWork(
-    std::chrono::steady_clock::time_point) {
+std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
   std::vector<uint32_t> rung;
   {
     std::lock_guard lock(pending_mu_);
     rung.swap(pending_);
   }
   for (uint32_t qpn : rung) {
-    if (auto qp = FindQp(qpn)) ExecuteSends(*qp);
-  }
-  return std::nullopt;
-}
-
-void Engine::ExecuteSends(Qp& qp) {
-  for (;;) {
-    SendWqe wqe;
-    {
-      std::lock_guard lock(qp.mu);
-      if (qp.sq.empty()) return;
-      if (qp.attrs.state != QpState::kRts) {
-        if (qp.attrs.state == QpState::kErr) {
-          // Flushed by the provider on the move to ERR.
-        }
-        return;
-      }
-      wqe = std::move(qp.sq.front());
-      qp.sq.pop_front();
-    }
-    if (qp.type == QpType::kUd) {
-      ExecuteUdSend(qp, wqe);
-    } else {
-      RDMAEMU_WARN_LIMITED("qp#{}: RC/UC transport is not implemented yet; WR {} completes with an error",
-                           qp.qpn, wqe.wr_id);
-      CompleteSend(qp, wqe, objects::WcStatus::kLocQpOpErr);
+    if (auto qp = FindQp(qpn)) {
+      std::lock_guard lock(qp->mu);
+      Progress(*qp, now);
     }
   }
+  std::optional<Clock::time_point> next;
+  for (auto it = active_.begin(); it != active_.end();) {
+    auto qp = FindQp(*it);
+    if (!qp) {
+      it = active_.erase(it);
+      continue;
+    }
+    std::lock_guard lock(qp->mu);
+    CheckTimers(*qp, now);
+    Progress(*qp, now);
+    if (qp->inflight.empty() && (qp->sq.empty() || qp->attrs.state != QpState::kRts)) {
+      it = active_.erase(it);
+      continue;
+    }
+    if (qp->rnr_waiting) {
+      if (!next || qp->rnr_until < *next) next = qp->rnr_until;
+    } else if (!qp->inflight.empty() && qp->attrs.timeout != 0) {
+      if (!next || qp->timeout_at < *next) next = qp->timeout_at;
+    }
+    ++it;
+  }
+  return next;
 }
 
-objects::WcStatus Engine::Gather(const Qp& qp, const SendWqe& wqe, std::vector<uint8_t>& out) {
-  out.clear();
-  if (wqe.is_inline) {
-    out = wqe.inline_data;
-    return objects::WcStatus::kSuccess;
+void Engine::Transmit(const wire::PacketFields& fields, wire::Gather payload, uint32_t dst_ip) {
+  wire::IcrcAddressing addr{local_ip_, ntohl(dst_ip), udp_port_, udp_port_};
+  auto len = wire::BuildPacket(fields, payload, packet_, &addr);
+  if (!len.ok()) {
+    Log().error("cannot build a {} packet: {}", wire::InfoOf(fields.opcode).name, len.status().message());
+    return;
   }
-  for (const Sge& sge : wqe.sges) {
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = dst_ip;
+  to.sin_port = htons(udp_port_);
+  iovec iov{packet_.data(), *len};
+  loop_->Send(to, std::span<const iovec>(&iov, 1));
+  counters_.packets_sent.fetch_add(1, std::memory_order_relaxed);
+}
+
+objects::WcStatus Engine::CheckSges(const Qp& qp, const std::vector<Sge>& sges, bool write) {
+  for (const Sge& sge : sges) {
     if (sge.length == 0) continue;
     auto mr = device_->mrs().FindByLkey(sge.lkey);
-    if (!mr || mr->pd != qp.pd || !mr->Contains(sge.addr, sge.length)) {
-      RDMAEMU_WARN_LIMITED("qp#{} WR {}: SGE [{:#x}, +{}) lkey {:#x} is not inside a memory region "
-                           "of the QP's PD: local protection error",
-                           qp.qpn, wqe.wr_id, sge.addr, sge.length, sge.lkey);
+    if (!mr || mr->pd != qp.pd || !mr->Contains(sge.addr, sge.length) ||
+        (write && !(mr->access & objects::kLocalWrite))) {
+      RDMAEMU_WARN_LIMITED("qp#{}: SGE [{:#x}, +{}) lkey {:#x} is not inside a memory region of the "
+                           "QP's PD{}: local protection error",
+                           qp.qpn, sge.addr, sge.length, sge.lkey,
+                           write ? " with IBV_ACCESS_LOCAL_WRITE" : "");
       return objects::WcStatus::kLocProtErr;
     }
-    const uint8_t* src = mr->HostAddress(sge.addr);
-    out.insert(out.end(), src, src + sge.length);
   }
   return objects::WcStatus::kSuccess;
 }
 
-void Engine::CompleteSend(Qp& qp, const SendWqe& wqe, objects::WcStatus status) {
-  {
-    std::lock_guard lock(qp.mu);
-    if (qp.sq_outstanding > 0) --qp.sq_outstanding;
+void Engine::GatherRange(const SendWqe& wqe, uint64_t offset, size_t len, std::vector<uint8_t>& out) {
+  out.resize(len);
+  if (wqe.is_inline) {
+    std::memcpy(out.data(), wqe.inline_data.data() + offset, len);
+    return;
   }
-  if (!wqe.signaled && status == objects::WcStatus::kSuccess) return;
-  objects::Cqe cqe;
-  cqe.wr_id = wqe.wr_id;
-  cqe.status = status;
-  cqe.opcode = objects::WcOpcode::kSend;
-  cqe.qp_num = qp.qpn;
-  cqe.byte_len = static_cast<uint32_t>(wqe.length);
-  cqe.timestamp_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(
-          std::chrono::steady_clock::now().time_since_epoch()).count());
-  if (!qp.send_cq->Push(cqe)) {
-    RDMAEMU_WARN_LIMITED("qp#{}: send CQ overrun: completion of WR {} lost", qp.qpn, wqe.wr_id);
+  size_t done = 0;
+  uint64_t skip = offset;
+  for (const Sge& sge : wqe.sges) {
+    if (done == len) break;
+    if (skip >= sge.length) {
+      skip -= sge.length;
+      continue;
+    }
+    size_t n = std::min<uint64_t>(sge.length - skip, len - done);
+    auto mr = device_->mrs().FindByLkey(sge.lkey);
+    // Checked at admission; a region deregistered since then reads as zeros
+    // rather than touching memory the program gave back.
+    if (mr && mr->Contains(sge.addr + skip, n)) {
+      std::memcpy(out.data() + done, mr->HostAddress(sge.addr + skip), n);
+    } else {
+      std::memset(out.data() + done, 0, n);
+    }
+    done += n;
+    skip = 0;
+  }
+}
+
+void Engine::ScatterRange(const std::vector<Sge>& sges, uint64_t offset, std::span<const uint8_t> data) {
+  size_t done = 0;
+  uint64_t skip = offset;
+  for (const Sge& sge : sges) {
+    if (done == data.size()) break;
+    if (skip >= sge.length) {
+      skip -= sge.length;
+      continue;
+    }
+    size_t n = std::min<uint64_t>(sge.length - skip, data.size() - done);
+    auto mr = device_->mrs().FindByLkey(sge.lkey);
+    if (mr && mr->Contains(sge.addr + skip, n)) {
+      std::memcpy(mr->HostAddress(sge.addr + skip), data.data() + done, n);
+    }
+    done += n;
+    skip = 0;
+  }
+}
+
+void Engine::PushCqe(Qp& qp, objects::Cq* cq, const objects::Cqe& cqe) {
+  if (!cq->Push(cqe)) {
+    RDMAEMU_WARN_LIMITED("qp#{}: CQ overrun: the completion of WR {} is lost; the CQ is in error",
+                         qp.qpn, cqe.wr_id);
   }
 }
 
 void Engine::ExecuteUdSend(Qp& qp, const SendWqe& wqe) {
-  uint32_t mtu;
-  uint32_t qkey;
-  uint32_t psn;
-  {
-    std::lock_guard lock(qp.mu);
-    mtu = device_->QueryPort(qp.attrs.port).active_mtu;
-    qkey = qp.attrs.qkey;
-    psn = qp.next_send_psn;
-    qp.next_send_psn = wire::PsnAdd(psn, 1);
-  }
+  auto complete = [&](objects::WcStatus status) {
+    if (qp.sq_outstanding > 0) --qp.sq_outstanding;
+    if (!wqe.signaled && status == objects::WcStatus::kSuccess) return;
+    objects::Cqe cqe;
+    cqe.wr_id = wqe.wr_id;
+    cqe.status = status;
+    cqe.opcode = objects::WcOpcode::kSend;
+    cqe.qp_num = qp.qpn;
+    cqe.byte_len = static_cast<uint32_t>(wqe.length);
+    cqe.timestamp_ns = NowNs();
+    PushCqe(qp, qp.send_cq, cqe);
+  };
+  uint32_t mtu = device_->QueryPort(qp.attrs.port).active_mtu;
   if (wqe.length > mtu) {
     RDMAEMU_WARN_LIMITED("qp#{} WR {}: UD message of {} bytes exceeds the port MTU {}: local length error",
                          qp.qpn, wqe.wr_id, wqe.length, mtu);
-    CompleteSend(qp, wqe, objects::WcStatus::kLocLenErr);
+    complete(objects::WcStatus::kLocLenErr);
     return;
   }
-  if (auto status = Gather(qp, wqe, scratch_); status != objects::WcStatus::kSuccess) {
-    CompleteSend(qp, wqe, status);
+  if (auto s = CheckSges(qp, wqe.sges, false); s != objects::WcStatus::kSuccess) {
+    complete(s);
     return;
   }
+  GatherRange(wqe, 0, wqe.length, scratch_);
   wire::PacketFields f;
   f.opcode = wqe.op == SendOp::kSendWithImm ? wire::Opcode::UD_SEND_ONLY_WITH_IMMEDIATE
                                             : wire::Opcode::UD_SEND_ONLY;
   f.bth.solicited = wqe.solicited;
   f.bth.dest_qpn = wqe.ud.remote_qpn;
-  f.bth.psn = psn;
+  f.bth.psn = qp.next_send_psn;
+  qp.next_send_psn = wire::PsnNext(qp.next_send_psn);
   // A Q_Key with the high bit set means "use the QP's own" (IBA 10.2.4.3).
-  f.deth.qkey = (wqe.ud.remote_qkey & 0x80000000u) ? qkey : wqe.ud.remote_qkey;
+  f.deth.qkey = (wqe.ud.remote_qkey & 0x80000000u) ? qp.attrs.qkey : wqe.ud.remote_qkey;
   f.deth.src_qpn = qp.qpn;
   f.imm = ntohl(wqe.imm_data);
-  packet_.resize(wire::kMaxPacketBytes);
-  wire::IcrcAddressing addr{local_ip_, ntohl(wqe.ud.dst_ip), udp_port_, udp_port_};
-  auto len = wire::BuildPacket(f, std::span<const uint8_t>(scratch_), packet_, &addr);
-  if (!len.ok()) {
-    RDMAEMU_WARN_LIMITED("qp#{} WR {}: {}", qp.qpn, wqe.wr_id, len.status().message());
-    CompleteSend(qp, wqe, objects::WcStatus::kLocQpOpErr);
-    return;
-  }
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_addr.s_addr = wqe.ud.dst_ip;
-  to.sin_port = htons(udp_port_);
-  iovec iov{packet_.data(), *len};
-  loop_->Send(to, std::span<const iovec>(&iov, 1));
-  counters_.packets_sent.fetch_add(1, std::memory_order_relaxed);
-  CompleteSend(qp, wqe, objects::WcStatus::kSuccess);
+  std::span<const uint8_t> payload(scratch_);
+  Transmit(f, wire::Gather(&payload, 1), wqe.ud.dst_ip);
+  complete(objects::WcStatus::kSuccess);
 }
 
 void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
+  const Clock::time_point now = Clock::now();
   for (const net::Datagram& d : batch) {
     counters_.packets_received.fetch_add(1, std::memory_order_relaxed);
     auto packet = wire::ParsePacket(d.data);
@@ -270,38 +370,64 @@ void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
                   net::ToString(d.src));
       continue;
     }
-    if (packet->info().transport == wire::Transport::kUd && qp->type == QpType::kUd) {
-      ReceiveUd(*qp, *packet, d);
-    } else {
+    const wire::Transport t = packet->info().transport;
+    const bool type_ok = (t == wire::Transport::kUd && qp->type == QpType::kUd) ||
+                         (t == wire::Transport::kRc && qp->type == QpType::kRc) ||
+                         (t == wire::Transport::kUc && qp->type == QpType::kUc);
+    if (!type_ok) {
       counters_.dropped_bad_state.fetch_add(1, std::memory_order_relaxed);
-      RDMAEMU_WARN_LIMITED("qp#{}: dropped a {} packet: RC/UC transport is not implemented yet",
-                           qp->qpn, packet->info().name);
+      RDMAEMU_WARN_LIMITED("qp#{}: dropped a {} packet: wrong transport for a {} QP", qp->qpn,
+                           packet->info().name, static_cast<int>(qp->type));
+      continue;
+    }
+    if (qp->type == QpType::kUd) {
+      ReceiveUd(*qp, *packet, d);
+      continue;
+    }
+    std::lock_guard lock(qp->mu);
+    const QpState state = qp->attrs.state;
+    // RC/UC packets come only from the connected peer.
+    if (d.src.sin_addr.s_addr != qp->attrs.dest_ip) {
+      counters_.dropped_bad_state.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    if (packet->Has(wire::kRequestMask)) {
+      if (state != QpState::kRtr && state != QpState::kRts && state != QpState::kSqd &&
+          state != QpState::kSqe) {
+        counters_.dropped_bad_state.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      OnRequest(*qp, *packet);
+    } else {
+      if (state != QpState::kRts && state != QpState::kSqd && state != QpState::kSqe) {
+        counters_.dropped_bad_state.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      OnResponse(*qp, *packet, now);
+      Progress(*qp, now);
     }
   }
 }
 
 void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagram& d) {
-  RecvWqe wqe;
-  {
-    std::lock_guard lock(qp.mu);
-    QpState state = qp.attrs.state;
-    if (state != QpState::kRtr && state != QpState::kRts && state != QpState::kSqd) {
-      counters_.dropped_bad_state.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    if (packet.deth().qkey() != qp.attrs.qkey) {
-      counters_.dropped_qkey.fetch_add(1, std::memory_order_relaxed);
-      Log().debug("qp#{}: dropped a UD packet with Q_Key {:#x} (QP's is {:#x})", qp.qpn,
-                  packet.deth().qkey(), qp.attrs.qkey);
-      return;
-    }
-    if (qp.rq.empty()) {
-      counters_.dropped_no_receive.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    wqe = std::move(qp.rq.front());
-    qp.rq.pop_front();
+  std::lock_guard lock(qp.mu);
+  QpState state = qp.attrs.state;
+  if (state != QpState::kRtr && state != QpState::kRts && state != QpState::kSqd) {
+    counters_.dropped_bad_state.fetch_add(1, std::memory_order_relaxed);
+    return;
   }
+  if (packet.deth().qkey() != qp.attrs.qkey) {
+    counters_.dropped_qkey.fetch_add(1, std::memory_order_relaxed);
+    Log().debug("qp#{}: dropped a UD packet with Q_Key {:#x} (QP's is {:#x})", qp.qpn,
+                packet.deth().qkey(), qp.attrs.qkey);
+    return;
+  }
+  if (qp.rq.empty()) {
+    counters_.dropped_no_receive.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  RecvWqe wqe = std::move(qp.rq.front());
+  qp.rq.pop_front();
   objects::Cqe cqe;
   cqe.wr_id = wqe.wr_id;
   cqe.opcode = objects::WcOpcode::kRecv;
@@ -318,33 +444,16 @@ void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagr
   cqe.byte_len = static_cast<uint32_t>(total);
   if (total > wqe.length) {
     cqe.status = objects::WcStatus::kLocLenErr;
+  } else if (auto s = CheckSges(qp, wqe.sges, true); s != objects::WcStatus::kSuccess) {
+    cqe.status = s;
   } else {
     uint8_t grh[kGrhBytes];
     WriteGrh(grh, ntohl(d.src.sin_addr.s_addr), ntohl(d.dst.s_addr), d.data.size());
-    size_t done = 0;
-    for (const Sge& sge : wqe.sges) {
-      if (done == total) break;
-      size_t n = std::min<size_t>(sge.length, total - done);
-      auto mr = device_->mrs().FindByLkey(sge.lkey);
-      if (!mr || mr->pd != qp.pd || !(mr->access & objects::kLocalWrite) ||
-          !mr->Contains(sge.addr, n)) {
-        cqe.status = objects::WcStatus::kLocProtErr;
-        break;
-      }
-      uint8_t* dst = mr->HostAddress(sge.addr);
-      for (size_t i = 0; i < n; ++i) {
-        size_t at = done + i;
-        dst[i] = at < kGrhBytes ? grh[at] : payload[at - kGrhBytes];
-      }
-      done += n;
-    }
+    ScatterRange(wqe.sges, 0, std::span<const uint8_t>(grh, kGrhBytes));
+    ScatterRange(wqe.sges, kGrhBytes, payload);
   }
-  cqe.timestamp_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(
-          std::chrono::steady_clock::now().time_since_epoch()).count());
-  if (!qp.recv_cq->Push(cqe)) {
-    RDMAEMU_WARN_LIMITED("qp#{}: receive CQ overrun: completion of WR {} lost", qp.qpn, wqe.wr_id);
-  }
+  cqe.timestamp_ns = NowNs();
+  PushCqe(qp, qp.recv_cq, cqe);
 }
 
 Result<std::shared_ptr<Engine>> AcquireEngine(int device_index) {

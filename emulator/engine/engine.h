@@ -1,18 +1,23 @@
 // Engine: the device's transport, run on one network loop per open device
 // and shared by every context of that device in the process.
 //
-// Today it carries UD: the requester turns posted sends into UD SEND
-// packets, the receive path checks each packet (parse, ICRC, QPN, state,
-// Q_Key) and scatters it into a posted receive. RC and UC (requester /
-// responder / completer with PSNs, ACKs and retries) are not implemented yet.
+// Split the way Linux's soft-RoCE splits it:
+//   requester.cc  posted WQEs -> request packets (segmentation by path MTU,
+//                 PSNs, the window, retransmission from a PSN)
+//   responder.cc  request packets -> checks (PSN, opcode sequence, keys,
+//                 bounds, access), execution, ACK/NAK, read/atomic replay
+//   completer.cc  ACKs, NAKs, read responses and atomic ACKs -> completions;
+//                 the retry and RNR timers; moving a QP to ERR
+//   engine.cc     the loop, packet receive checks and dispatch, UD
 //
 // Thread safety: AddQp/RemoveQp/Doorbell from any thread; everything else
-// on the loop thread.
+// on the loop thread, holding the QP's mu while touching a QP.
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <unordered_map>
 #include <vector>
@@ -35,7 +40,17 @@ struct EngineCounters {
   std::atomic<uint64_t> dropped_qkey{0};
   std::atomic<uint64_t> dropped_pkey{0};
   std::atomic<uint64_t> dropped_no_receive{0};
+  std::atomic<uint64_t> retransmissions{0};
+  std::atomic<uint64_t> timeouts{0};
+  std::atomic<uint64_t> rnr_naks_sent{0};
+  std::atomic<uint64_t> rnr_naks_received{0};
+  std::atomic<uint64_t> out_of_sequence{0};
+  std::atomic<uint64_t> duplicates{0};
 };
+
+// Completes every WQE of the QP with WR_FLUSH_ERR, as a QP in ERR does
+// (caller must not hold qp.mu).
+void FlushQp(Qp& qp);
 
 class Engine : public net::LoopHandler {
  public:
@@ -51,25 +66,52 @@ class Engine : public net::LoopHandler {
   void AddQp(std::shared_ptr<Qp> qp);
   // After this returns the engine holds no reference to the QP.
   void RemoveQp(uint32_t qpn);
-  // Any thread: the QP has new send work.
+  // Any thread: the QP has new send work (or was modified).
   void Doorbell(uint32_t qpn);
 
   const EngineCounters& counters() const { return counters_; }
 
   // net::LoopHandler
   void OnDatagrams(std::span<const net::Datagram> batch) override;
-  std::optional<std::chrono::steady_clock::time_point> OnWork(
-      std::chrono::steady_clock::time_point now) override;
+  std::optional<Clock::time_point> OnWork(Clock::time_point now) override;
 
  private:
   explicit Engine(std::shared_ptr<device::Device> device);
   std::shared_ptr<Qp> FindQp(uint32_t qpn);
-  void ExecuteSends(Qp& qp);
+
+  // engine.cc: UD and shared helpers.
   void ExecuteUdSend(Qp& qp, const SendWqe& wqe);
   void ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagram& dgram);
-  // Copies `wqe`'s payload into out (gathering SGEs); false with a status.
-  objects::WcStatus Gather(const Qp& qp, const SendWqe& wqe, std::vector<uint8_t>& out);
-  void CompleteSend(Qp& qp, const SendWqe& wqe, objects::WcStatus status);
+  // Sends one packet to the QP's peer (RC/UC) or `dst_ip` (network order).
+  void Transmit(const wire::PacketFields& fields, wire::Gather payload, uint32_t dst_ip);
+  // Validates an SGE list against the QP's PD; `write` needs LOCAL_WRITE.
+  objects::WcStatus CheckSges(const Qp& qp, const std::vector<Sge>& sges, bool write);
+  // Copies [offset, offset+len) of a WQE's payload into out.
+  void GatherRange(const SendWqe& wqe, uint64_t offset, size_t len, std::vector<uint8_t>& out);
+  // Writes data at `offset` into an SGE list (already checked).
+  void ScatterRange(const std::vector<Sge>& sges, uint64_t offset, std::span<const uint8_t> data);
+  void PushCqe(Qp& qp, objects::Cq* cq, const objects::Cqe& cqe);
+
+  // requester.cc
+  void Progress(Qp& qp, Clock::time_point now);
+  void AdmitWqes(Qp& qp, Clock::time_point now);
+  void SendRequest(Qp& qp, Inflight& f, uint32_t psn);
+  void RetransmitFrom(Qp& qp, uint32_t psn, Clock::time_point now);
+
+  // completer.cc
+  void OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_point now);
+  void AckUpTo(Qp& qp, uint32_t psn, Clock::time_point now);
+  void CompleteFront(Qp& qp, objects::WcStatus status);
+  void CheckTimers(Qp& qp, Clock::time_point now);
+  // Moves the QP to ERR from the engine (retries exhausted, a NAK, a fatal
+  // responder error): the failing WQE gets `status`, the rest are flushed.
+  void FailQp(Qp& qp, objects::WcStatus status, const std::string& why);
+
+  // responder.cc
+  void OnRequest(Qp& qp, const wire::PacketView& packet);
+  void SendAck(Qp& qp, uint32_t psn, uint8_t syndrome);
+  void ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std::string& why);
+  void AnswerRead(Qp& qp, const ReplayEntry& r, uint32_t from_psn);
 
   const std::shared_ptr<device::Device> device_;
   std::unique_ptr<net::Loop> loop_;
@@ -84,8 +126,10 @@ class Engine : public net::LoopHandler {
   std::mutex pending_mu_;
   std::vector<uint32_t> pending_;  // guarded by pending_mu_: QPs rung since the last OnWork
 
-  std::vector<uint8_t> scratch_;   // loop thread: payload gathering
-  std::vector<uint8_t> packet_;    // loop thread: packet building
+  // Loop thread only.
+  std::set<uint32_t> active_;      // QPs with requests in flight (timers)
+  std::vector<uint8_t> scratch_;   // payload gathering
+  std::vector<uint8_t> packet_;    // packet building
 };
 
 // One engine per open device in the process, shared by its contexts.

@@ -1,22 +1,29 @@
 // A queue pair as the engine sees it: its queues, the attributes the
-// transport needs, and the CQs it completes into.
+// transport needs, the CQs it completes into, and the state of its
+// requester and responder.
 //
 // The provider owns state checking (check-then-apply with the IB state
 // machine) and pushes the resulting transport attributes here.
 //
-// Thread safety: application threads post under mu_; the engine thread
-// takes work under mu_. Constant after construction: qpn, type, pd, cqs,
-// caps, handle.
+// Thread safety: everything mutable is guarded by mu. Application threads
+// post and modify under it; the engine thread processes a QP's packets and
+// timers under it. Constant after construction: qpn, type, pd, cqs, caps,
+// handle.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 
 #include "emulator/engine/work.h"
 #include "emulator/objects/cq.h"
+#include "emulator/objects/mr.h"
 
 namespace rdmaemu::engine {
+
+using Clock = std::chrono::steady_clock;
 
 // libibverbs' numbering (enum ibv_qp_type, enum ibv_qp_state).
 enum class QpType : uint8_t { kRc = 2, kUc = 3, kUd = 4 };
@@ -30,21 +37,44 @@ struct QpCaps {
   uint32_t max_inline_data = 0;
 };
 
-// What the transport reads; updated as a whole by the provider.
+// What the transport reads; updated by the provider on modify.
 struct TransportAttrs {
   QpState state = QpState::kReset;
   uint32_t qkey = 0;
-  uint32_t sq_psn = 0;
-  uint32_t rq_psn = 0;
   uint32_t dest_qpn = 0;
   uint32_t path_mtu = 1024;  // bytes
   uint32_t dest_ip = 0;      // network order; RC/UC
   uint32_t access = 0;       // remote access rights granted (IBV_ACCESS_*)
   uint8_t port = 1;
-  uint8_t timeout = 0;
+  uint8_t timeout = 0;       // 4.096 us * 2^timeout; 0 = no timer
   uint8_t retry_cnt = 0;
-  uint8_t rnr_retry = 0;
+  uint8_t rnr_retry = 0;     // 7 = retry forever
   uint8_t min_rnr_timer = 0;
+  uint8_t max_rd_atomic = 1;
+};
+
+// A send WQE the requester has started: its PSNs and progress.
+struct Inflight {
+  SendWqe wqe;
+  uint32_t first_psn = 0;
+  uint32_t last_psn = 0;   // last request PSN, or last read response PSN
+  uint32_t next_psn = 0;   // next request PSN to (re)send
+  uint32_t packets = 0;    // request packets (1 for read and atomic)
+  uint64_t read_bytes = 0; // read response bytes received
+  bool sent = false;       // every request packet has gone out at least once
+  bool done = false;       // a READ's or atomic's whole response has arrived
+};
+
+// Kept by the responder so that a duplicate READ or atomic is answered
+// again rather than executed twice (IBA 9.7.5.2.1).
+struct ReplayEntry {
+  uint32_t psn = 0;
+  uint32_t last_psn = 0;
+  bool atomic = false;
+  uint64_t va = 0;
+  uint32_t rkey = 0;
+  uint32_t length = 0;
+  uint64_t atomic_result = 0;
 };
 
 struct Qp {
@@ -62,11 +92,34 @@ struct Qp {
   const uint64_t handle;  // the provider's ibv_qp*, for async events
 
   std::mutex mu;
-  TransportAttrs attrs;           // guarded by mu
-  std::deque<SendWqe> sq;         // guarded by mu; posted, not yet executed
-  std::deque<RecvWqe> rq;         // guarded by mu
-  uint32_t sq_outstanding = 0;    // guarded by mu; posted and not yet completed
-  uint32_t next_send_psn = 0;     // engine thread
+  TransportAttrs attrs;
+  std::deque<SendWqe> sq;        // posted, not yet started
+  std::deque<RecvWqe> rq;
+  uint32_t sq_outstanding = 0;   // posted and not yet completed
+
+  // Requester and completer.
+  uint32_t next_send_psn = 0;    // the PSN the next new request gets
+  std::deque<Inflight> inflight; // started, not yet completed, in PSN order
+  uint8_t retries_left = 0;
+  uint8_t rnr_retries_left = 0;
+  Clock::time_point timeout_at{};  // valid while inflight is not empty
+  Clock::time_point rnr_until{};   // sending paused after an RNR NAK until then
+  bool rnr_waiting = false;
+
+  // Responder.
+  uint32_t epsn = 0;             // expected request PSN
+  uint32_t msn = 0;              // message sequence number
+  bool nak_sent = false;         // one sequence-error NAK per gap
+  bool uc_resync = false;        // UC: drop until the next FIRST or ONLY
+  bool in_send = false;          // a multi-packet SEND is being received
+  RecvWqe recv;                  // its receive WQE
+  uint64_t recv_offset = 0;
+  bool in_write = false;         // a multi-packet WRITE is being received
+  std::shared_ptr<const objects::Mr> write_mr;
+  uint64_t write_va = 0;
+  uint64_t write_left = 0;
+  uint64_t write_length = 0;
+  std::deque<ReplayEntry> replay;
 };
 
 }  // namespace rdmaemu::engine

@@ -1,0 +1,221 @@
+// The completer: ACKs, NAKs, read responses and atomic ACKs complete the
+// requester's WQEs; the transport and RNR timers drive retries; exhausted
+// retries and fatal NAKs move the QP to ERR.
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "emulator/base/log.h"
+#include "emulator/engine/engine.h"
+#include "emulator/engine/internal.h"
+#include "emulator/wire/psn.h"
+
+namespace rdmaemu::engine {
+namespace {
+
+// IBA table 45: the RNR NAK timer codes, in microseconds.
+constexpr uint32_t kRnrDelayUs[32] = {
+    655360, 10,    20,    30,    40,    60,     80,     120,    160,    240,   320,
+    480,    640,   960,   1280,  1920,  2560,   3840,   5120,   7680,   10240, 15360,
+    20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520,
+};
+
+bool IsRead(const Inflight& f) { return f.wqe.op == SendOp::kRdmaRead; }
+bool IsAtomic(const Inflight& f) {
+  return f.wqe.op == SendOp::kCompareSwap || f.wqe.op == SendOp::kFetchAdd;
+}
+// A READ or atomic is done when its response data has all arrived.
+bool ResponseComplete(const Inflight& f) { return (!IsRead(f) && !IsAtomic(f)) || f.done; }
+
+std::string_view StatusText(objects::WcStatus s) {
+  switch (s) {
+    case objects::WcStatus::kRetryExcErr: return "transport retry counter exceeded";
+    case objects::WcStatus::kRnrRetryExcErr: return "RNR retry counter exceeded";
+    case objects::WcStatus::kRemInvReqErr: return "remote invalid request";
+    case objects::WcStatus::kRemAccessErr: return "remote access error";
+    case objects::WcStatus::kRemOpErr: return "remote operational error";
+    case objects::WcStatus::kLocProtErr: return "local protection error";
+    case objects::WcStatus::kBadRespErr: return "bad response";
+    default: return "error";
+  }
+}
+
+}  // namespace
+
+void Engine::CompleteFront(Qp& qp, objects::WcStatus status) {
+  Inflight f = std::move(qp.inflight.front());
+  qp.inflight.pop_front();
+  if (qp.sq_outstanding > 0) --qp.sq_outstanding;
+  if (!f.wqe.signaled && status == objects::WcStatus::kSuccess) return;
+  objects::Cqe c;
+  c.wr_id = f.wqe.wr_id;
+  c.status = status;
+  c.opcode = CompletionOpcode(f.wqe.op);
+  c.qp_num = qp.qpn;
+  c.byte_len = static_cast<uint32_t>(f.wqe.length);
+  c.timestamp_ns = NowNs();
+  PushCqe(qp, qp.send_cq, c);
+}
+
+void Engine::FailQp(Qp& qp, objects::WcStatus status, const std::string& why) {
+  Log().warn("{} qp#{} {}→ERR: {} ({})", device_->name(), qp.qpn,
+             qp.attrs.state == QpState::kRts ? "RTS" : "", why, StatusText(status));
+  qp.attrs.state = QpState::kErr;
+  if (!qp.inflight.empty()) {
+    // The failing WQE completes with the error, signaled or not (IBA 10.8.3.1).
+    qp.inflight.front().wqe.signaled = true;
+    CompleteFront(qp, status);
+  }
+  std::vector<std::pair<objects::Cq*, objects::Cqe>> cqes;
+  FlushLocked(qp, cqes);
+  for (auto& [cq, c] : cqes) PushCqe(qp, cq, c);
+  active_.erase(qp.qpn);
+}
+
+void Engine::AckUpTo(Qp& qp, uint32_t psn, Clock::time_point now) {
+  bool progress = false;
+  while (!qp.inflight.empty()) {
+    Inflight& f = qp.inflight.front();
+    if (f.packets == 0) {
+      FailQp(qp, static_cast<objects::WcStatus>(f.read_bytes), "a work request failed locally");
+      return;
+    }
+    if (!f.sent || wire::PsnDiff(psn, f.last_psn) < 0) break;
+    if (!ResponseComplete(f)) {
+      // Acknowledged past a READ or atomic whose response never came: the
+      // response was lost; ask again (IBA 9.7.5.1.1).
+      if (IsRead(f) || IsAtomic(f)) RetransmitFrom(qp, f.first_psn, now);
+      break;
+    }
+    CompleteFront(qp, objects::WcStatus::kSuccess);
+    progress = true;
+  }
+  if (progress) {
+    qp.retries_left = qp.attrs.retry_cnt;
+    qp.rnr_retries_left = qp.attrs.rnr_retry;
+    qp.timeout_at = now + TransportTimeout(qp.attrs.timeout);
+  }
+}
+
+void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_point now) {
+  if (qp.type != QpType::kRc || qp.inflight.empty()) return;
+  const uint32_t psn = packet.psn();
+  const wire::Opcode op = packet.opcode();
+
+  if (op == wire::Opcode::RC_ACKNOWLEDGE) {
+    const auto aeth = packet.aeth();
+    switch (aeth.type()) {
+      case wire::AethType::kAck:
+        AckUpTo(qp, psn, now);
+        return;
+      case wire::AethType::kRnrNak: {
+        counters_.rnr_naks_received.fetch_add(1, std::memory_order_relaxed);
+        AckUpTo(qp, wire::PsnAdd(psn, -1), now);
+        if (qp.attrs.state == QpState::kErr || qp.inflight.empty()) return;
+        if (qp.rnr_retries_left == 0) {
+          FailQp(qp, objects::WcStatus::kRnrRetryExcErr,
+                 fmt::format("the peer had no receive posted after {} RNR retries", qp.attrs.rnr_retry));
+          return;
+        }
+        if (qp.attrs.rnr_retry != 7) --qp.rnr_retries_left;  // 7 means retry forever
+        qp.rnr_waiting = true;
+        qp.rnr_until = now + std::chrono::microseconds(kRnrDelayUs[aeth.value() & 31]);
+        RetransmitFrom(qp, psn, now);
+        return;
+      }
+      case wire::AethType::kNak: {
+        AckUpTo(qp, wire::PsnAdd(psn, -1), now);
+        if (qp.attrs.state == QpState::kErr || qp.inflight.empty()) return;
+        switch (static_cast<wire::NakCode>(aeth.value())) {
+          case wire::NakCode::kPsnSequenceError:
+            if (qp.retries_left == 0) {
+              FailQp(qp, objects::WcStatus::kRetryExcErr,
+                     fmt::format("retry count exceeded after {} retries", qp.attrs.retry_cnt));
+              return;
+            }
+            --qp.retries_left;
+            RetransmitFrom(qp, psn, now);
+            return;
+          case wire::NakCode::kInvalidRequest:
+            FailQp(qp, objects::WcStatus::kRemInvReqErr, "the responder NAKed an invalid request");
+            return;
+          case wire::NakCode::kRemoteAccessError:
+            FailQp(qp, objects::WcStatus::kRemAccessErr,
+                   "the responder refused the rkey, the bounds or the access rights");
+            return;
+          default:
+            FailQp(qp, objects::WcStatus::kRemOpErr, "the responder reported an operational error");
+            return;
+        }
+      }
+      case wire::AethType::kReserved:
+        return;
+    }
+    return;
+  }
+
+  if (packet.Has(wire::kReadMask)) {
+    for (Inflight& f : qp.inflight) {
+      if (!IsRead(f) || !f.sent) continue;
+      if (wire::PsnDiff(psn, f.first_psn) < 0 || wire::PsnDiff(psn, f.last_psn) > 0) continue;
+      const uint32_t mtu = qp.attrs.path_mtu;
+      const uint32_t expected = wire::PsnAdd(f.first_psn, static_cast<int64_t>(f.read_bytes / mtu));
+      if (psn != expected || f.done) {
+        if (wire::PsnDiff(psn, expected) > 0) {
+          counters_.out_of_sequence.fetch_add(1, std::memory_order_relaxed);
+          RetransmitFrom(qp, f.first_psn, now);
+        }
+        return;
+      }
+      // A read response acknowledges everything before the read.
+      AckUpTo(qp, wire::PsnAdd(f.first_psn, -1), now);
+      if (qp.attrs.state == QpState::kErr) return;
+      std::span<const uint8_t> data = packet.payload();
+      if (f.read_bytes + data.size() > f.wqe.length ||
+          (packet.Has(wire::kLastMask) && f.read_bytes + data.size() != f.wqe.length)) {
+        FailQp(qp, objects::WcStatus::kBadRespErr, "a read response does not match the request's length");
+        return;
+      }
+      ScatterRange(f.wqe.sges, f.read_bytes, data);
+      f.read_bytes += data.size();
+      qp.timeout_at = now + TransportTimeout(qp.attrs.timeout);
+      if (packet.Has(wire::kLastMask)) {
+        f.done = true;
+        AckUpTo(qp, f.last_psn, now);
+      }
+      return;
+    }
+    return;
+  }
+
+  if (op == wire::Opcode::RC_ATOMIC_ACKNOWLEDGE) {
+    for (Inflight& f : qp.inflight) {
+      if (!IsAtomic(f) || f.first_psn != psn || !f.sent) continue;
+      if (f.done) return;  // duplicate
+      AckUpTo(qp, wire::PsnAdd(psn, -1), now);
+      if (qp.attrs.state == QpState::kErr) return;
+      uint64_t orig = packet.atomic_ack_eth().orig_data();
+      ScatterRange(f.wqe.sges, 0, std::span<const uint8_t>(reinterpret_cast<uint8_t*>(&orig), 8));
+      f.done = true;
+      AckUpTo(qp, psn, now);
+      return;
+    }
+  }
+}
+
+void Engine::CheckTimers(Qp& qp, Clock::time_point now) {
+  if (qp.attrs.state != QpState::kRts || qp.inflight.empty() || qp.rnr_waiting) return;
+  if (qp.attrs.timeout == 0 || now < qp.timeout_at) return;
+  counters_.timeouts.fetch_add(1, std::memory_order_relaxed);
+  if (qp.retries_left == 0) {
+    FailQp(qp, objects::WcStatus::kRetryExcErr,
+           fmt::format("retry count exceeded after {} retries", qp.attrs.retry_cnt));
+    return;
+  }
+  --qp.retries_left;
+  Log().debug("{} qp#{}: transport timeout, retransmitting from PSN {:#x} ({} retries left)",
+              device_->name(), qp.qpn, qp.inflight.front().first_psn, qp.retries_left);
+  RetransmitFrom(qp, qp.inflight.front().first_psn, now);
+}
+
+}  // namespace rdmaemu::engine

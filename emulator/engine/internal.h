@@ -1,0 +1,28 @@
+// Helpers shared by the engine's source files.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "emulator/engine/qp.h"
+#include "emulator/engine/work.h"
+#include "emulator/objects/cq.h"
+#include "emulator/wire/opcode.h"
+
+namespace rdmaemu::engine {
+
+uint64_t NowNs();
+// The retransmission timer for an IBA timeout exponent (requester.cc).
+Clock::duration TransportTimeout(uint8_t timeout);
+objects::WcOpcode CompletionOpcode(SendOp op);
+// With qp.mu held: takes every WQE out of the QP and appends its flush
+// completion to `out` (to be pushed after).
+void FlushLocked(Qp& qp, std::vector<std::pair<objects::Cq*, objects::Cqe>>& out);
+
+// The opcode byte of an RC opcode on the QP's transport (UC = RC + 0x20).
+inline wire::Opcode OnTransport(QpType type, wire::Opcode rc) {
+  return type == QpType::kUc ? static_cast<wire::Opcode>(static_cast<uint8_t>(rc) + 0x20) : rc;
+}
+
+}  // namespace rdmaemu::engine

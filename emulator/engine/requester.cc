@@ -1,0 +1,222 @@
+// The requester: posted WQEs become request packets.
+//
+// Each started WQE is an Inflight entry with its PSN range. Sending walks
+// the entries in order and emits every request packet from its cursor
+// (next_psn) on; retransmission only moves cursors back (go-back-N), so a
+// retransmitted packet is rebuilt from the WQE exactly as it first went out.
+#include <arpa/inet.h>
+
+#include <algorithm>
+
+#include "emulator/base/log.h"
+#include "emulator/engine/engine.h"
+#include "emulator/engine/internal.h"
+#include "emulator/wire/psn.h"
+
+namespace rdmaemu::engine {
+namespace {
+
+// Requests in flight at most, as rxe's RXE_MAX_UNACKED_PSNS.
+constexpr int32_t kMaxUnackedPsns = 128;
+
+bool IsReadOrAtomic(SendOp op) {
+  return op == SendOp::kRdmaRead || op == SendOp::kCompareSwap || op == SendOp::kFetchAdd;
+}
+
+uint32_t PacketCount(uint64_t length, uint32_t mtu) {
+  return length == 0 ? 1 : static_cast<uint32_t>((length + mtu - 1) / mtu);
+}
+
+// The last PSN of the request packets (a read or atomic is one request).
+uint32_t LastRequestPsn(const Inflight& f) {
+  return IsReadOrAtomic(f.wqe.op) ? f.first_psn : f.last_psn;
+}
+
+}  // namespace
+
+Clock::duration TransportTimeout(uint8_t timeout) {
+  // 4.096 us * 2^timeout (IBA 9.7.6.1.3), but never below 5 ms: a software
+  // device on a loaded machine answers far slower than a NIC, and a timer
+  // that fires before the peer's thread has run only causes retransmissions.
+  auto ns = std::chrono::nanoseconds(static_cast<int64_t>(4096.0 * static_cast<double>(uint64_t{1} << timeout)));
+  return std::max<Clock::duration>(ns, std::chrono::milliseconds(5));
+}
+
+void Engine::Progress(Qp& qp, Clock::time_point now) {
+  if (qp.attrs.state != QpState::kRts) return;
+  if (qp.type == QpType::kUd) {
+    while (!qp.sq.empty()) {
+      SendWqe w = std::move(qp.sq.front());
+      qp.sq.pop_front();
+      ExecuteUdSend(qp, w);
+    }
+    return;
+  }
+  if (qp.rnr_waiting) {
+    if (now < qp.rnr_until) {
+      active_.insert(qp.qpn);
+      return;
+    }
+    qp.rnr_waiting = false;
+  }
+  AdmitWqes(qp, now);
+  for (Inflight& f : qp.inflight) {
+    if (f.packets == 0) break;  // a WQE that failed locally: nothing after it goes out
+    const uint32_t last = LastRequestPsn(f);
+    while (wire::PsnDiff(f.next_psn, last) <= 0) {
+      SendRequest(qp, f, f.next_psn);
+      f.next_psn = wire::PsnNext(f.next_psn);
+    }
+    f.sent = true;
+  }
+  // UC has no acknowledgements: a message is complete once sent.
+  if (qp.type == QpType::kUc) {
+    while (!qp.inflight.empty() && qp.inflight.front().sent) {
+      const Inflight& f = qp.inflight.front();
+      if (f.packets == 0) {
+        FailQp(qp, static_cast<objects::WcStatus>(f.read_bytes), "a local protection error");
+        return;
+      }
+      CompleteFront(qp, objects::WcStatus::kSuccess);
+    }
+    return;
+  }
+  if (!qp.inflight.empty()) active_.insert(qp.qpn);
+}
+
+void Engine::AdmitWqes(Qp& qp, Clock::time_point now) {
+  const uint32_t mtu = qp.attrs.path_mtu;
+  while (!qp.sq.empty()) {
+    SendWqe& w = qp.sq.front();
+    const bool rd = IsReadOrAtomic(w.op);
+    int outstanding_rd = 0;
+    for (const Inflight& f : qp.inflight) outstanding_rd += IsReadOrAtomic(f.wqe.op);
+    // A fenced WQE waits for every earlier READ and atomic (IBA 10.8.3.3).
+    if (w.fence && outstanding_rd > 0) break;
+    if (rd && outstanding_rd >= std::max<int>(1, qp.attrs.max_rd_atomic)) break;
+    if (!qp.inflight.empty() &&
+        wire::PsnDiff(qp.next_send_psn, qp.inflight.front().first_psn) >= kMaxUnackedPsns) {
+      break;
+    }
+    if (qp.inflight.empty()) {
+      qp.timeout_at = now + TransportTimeout(qp.attrs.timeout);
+      qp.retries_left = qp.attrs.retry_cnt;
+      qp.rnr_retries_left = qp.attrs.rnr_retry;
+    }
+    Inflight f;
+    f.wqe = std::move(w);
+    qp.sq.pop_front();
+    objects::WcStatus local = f.wqe.is_inline ? objects::WcStatus::kSuccess
+                                              : CheckSges(qp, f.wqe.sges, rd);
+    f.first_psn = qp.next_send_psn;
+    if (local != objects::WcStatus::kSuccess) {
+      // Completes with the error when it reaches the front (completer.cc).
+      f.packets = 0;
+      f.last_psn = wire::PsnAdd(f.first_psn, -1);
+      f.next_psn = f.first_psn;
+      f.read_bytes = static_cast<uint64_t>(local);
+      qp.inflight.push_back(std::move(f));
+      break;
+    }
+    uint32_t count = f.wqe.op == SendOp::kCompareSwap || f.wqe.op == SendOp::kFetchAdd
+                         ? 1
+                         : PacketCount(f.wqe.length, mtu);
+    f.packets = rd ? 1 : count;
+    f.last_psn = wire::PsnAdd(f.first_psn, count - 1);
+    f.next_psn = f.first_psn;
+    qp.next_send_psn = wire::PsnAdd(f.first_psn, count);
+    qp.inflight.push_back(std::move(f));
+  }
+}
+
+void Engine::SendRequest(Qp& qp, Inflight& f, uint32_t psn) {
+  using wire::Opcode;
+  const SendWqe& w = f.wqe;
+  const uint32_t mtu = qp.attrs.path_mtu;
+  wire::PacketFields p;
+  p.bth.dest_qpn = qp.attrs.dest_qpn;
+  p.bth.psn = psn;
+  std::span<const uint8_t> payload;
+  switch (w.op) {
+    case SendOp::kSend:
+    case SendOp::kSendWithImm:
+    case SendOp::kSendWithInv:
+    case SendOp::kRdmaWrite:
+    case SendOp::kRdmaWriteWithImm: {
+      const bool write = w.op == SendOp::kRdmaWrite || w.op == SendOp::kRdmaWriteWithImm;
+      const uint32_t index = static_cast<uint32_t>(wire::PsnDiff(psn, f.first_psn));
+      const bool first = index == 0;
+      const bool last = index + 1 == f.packets;
+      Opcode op;
+      if (write) {
+        if (first && last) {
+          op = w.op == SendOp::kRdmaWriteWithImm ? Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE
+                                                 : Opcode::RC_RDMA_WRITE_ONLY;
+        } else if (first) {
+          op = Opcode::RC_RDMA_WRITE_FIRST;
+        } else if (last) {
+          op = w.op == SendOp::kRdmaWriteWithImm ? Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE
+                                                 : Opcode::RC_RDMA_WRITE_LAST;
+        } else {
+          op = Opcode::RC_RDMA_WRITE_MIDDLE;
+        }
+      } else {
+        const bool imm = w.op == SendOp::kSendWithImm;
+        const bool inv = w.op == SendOp::kSendWithInv;
+        if (first && last) {
+          op = imm ? Opcode::RC_SEND_ONLY_WITH_IMMEDIATE
+                   : inv ? Opcode::RC_SEND_ONLY_WITH_INVALIDATE : Opcode::RC_SEND_ONLY;
+        } else if (first) {
+          op = Opcode::RC_SEND_FIRST;
+        } else if (last) {
+          op = imm ? Opcode::RC_SEND_LAST_WITH_IMMEDIATE
+                   : inv ? Opcode::RC_SEND_LAST_WITH_INVALIDATE : Opcode::RC_SEND_LAST;
+        } else {
+          op = Opcode::RC_SEND_MIDDLE;
+        }
+        p.bth.solicited = last && w.solicited;
+      }
+      p.opcode = OnTransport(qp.type, op);
+      p.bth.ack_req = last && qp.type == QpType::kRc;
+      p.reth = {w.remote_addr, w.rkey, static_cast<uint32_t>(w.length)};
+      p.imm = ntohl(w.imm_data);
+      p.invalidate_rkey = w.invalidate_rkey;
+      const uint64_t offset = uint64_t{index} * mtu;
+      const size_t len = static_cast<size_t>(std::min<uint64_t>(mtu, w.length - std::min(w.length, offset)));
+      GatherRange(w, offset, len, scratch_);
+      payload = std::span<const uint8_t>(scratch_.data(), len);
+      break;
+    }
+    case SendOp::kRdmaRead: {
+      // A retried read asks only for what has not arrived (rxe does the same).
+      p.opcode = Opcode::RC_RDMA_READ_REQUEST;
+      p.bth.psn = wire::PsnAdd(f.first_psn, static_cast<int64_t>(f.read_bytes / mtu));
+      p.bth.ack_req = true;
+      p.reth = {w.remote_addr + f.read_bytes, w.rkey, static_cast<uint32_t>(w.length - f.read_bytes)};
+      break;
+    }
+    case SendOp::kCompareSwap:
+    case SendOp::kFetchAdd:
+      p.opcode = w.op == SendOp::kCompareSwap ? Opcode::RC_COMPARE_SWAP : Opcode::RC_FETCH_ADD;
+      p.bth.ack_req = true;
+      p.atomic_eth.va = w.remote_addr;
+      p.atomic_eth.rkey = w.rkey;
+      p.atomic_eth.swap_add = w.op == SendOp::kCompareSwap ? w.swap : w.compare_add;
+      p.atomic_eth.compare = w.compare_add;
+      break;
+  }
+  if (f.sent) counters_.retransmissions.fetch_add(1, std::memory_order_relaxed);
+  Transmit(p, wire::Gather(&payload, 1), qp.attrs.dest_ip);
+}
+
+void Engine::RetransmitFrom(Qp& qp, uint32_t psn, Clock::time_point now) {
+  for (Inflight& f : qp.inflight) {
+    if (f.packets == 0) break;
+    if (f.done || wire::PsnDiff(LastRequestPsn(f), psn) < 0) continue;
+    f.next_psn = wire::PsnDiff(psn, f.first_psn) > 0 ? psn : f.first_psn;
+  }
+  qp.timeout_at = now + TransportTimeout(qp.attrs.timeout);
+  active_.insert(qp.qpn);
+}
+
+}  // namespace rdmaemu::engine

@@ -1,0 +1,390 @@
+// The responder: checks each request packet (PSN, opcode sequence, QP
+// access, keys, bounds), executes it, and answers with ACK, NAK, read
+// responses or atomic ACKs. Duplicate READs and atomics are answered from
+// the replay list, never executed twice.
+#include <arpa/inet.h>
+
+#include <fmt/format.h>
+
+#include "emulator/base/log.h"
+#include "emulator/engine/engine.h"
+#include "emulator/engine/internal.h"
+#include "emulator/wire/psn.h"
+
+namespace rdmaemu::engine {
+namespace {
+
+// READs and atomics remembered for replay (the QP's max_dest_rd_atomic
+// bounds how many can be outstanding; keep comfortably more).
+constexpr size_t kReplayEntries = 64;
+
+// IBV_ACCESS_* bits the QP grants.
+constexpr uint32_t kQpRemoteWrite = 1u << 1;
+constexpr uint32_t kQpRemoteRead = 1u << 2;
+constexpr uint32_t kQpRemoteAtomic = 1u << 3;
+
+}  // namespace
+
+void Engine::SendAck(Qp& qp, uint32_t psn, uint8_t syndrome) {
+  wire::PacketFields p;
+  p.opcode = wire::Opcode::RC_ACKNOWLEDGE;
+  p.bth.dest_qpn = qp.attrs.dest_qpn;
+  p.bth.psn = psn;
+  p.aeth.syndrome = syndrome;
+  p.aeth.msn = qp.msn & 0xffffff;
+  Transmit(p, wire::Gather(), qp.attrs.dest_ip);
+}
+
+void Engine::ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std::string& why) {
+  if (qp.type == QpType::kUc) {
+    // UC has no NAKs: the message is dropped and the receive WQE reused.
+    RDMAEMU_WARN_LIMITED("{} qp#{}: dropped a UC message: {}", device_->name(), qp.qpn, why);
+    if (qp.in_send) qp.rq.push_front(std::move(qp.recv));
+    qp.in_send = qp.in_write = false;
+    qp.write_mr.reset();
+    qp.uc_resync = true;
+    return;
+  }
+  Log().warn("{} qp#{} {}→ERR (responder): {}; NAK {} sent", device_->name(), qp.qpn,
+             qp.attrs.state == QpState::kRts ? "RTS" : "RTR", why, wire::ToString(code));
+  SendAck(qp, psn, wire::NakSyndrome(code));
+  if (qp.in_send) {
+    objects::Cqe c;
+    c.wr_id = qp.recv.wr_id;
+    c.status = code == wire::NakCode::kRemoteAccessError ? objects::WcStatus::kRemAccessErr
+               : code == wire::NakCode::kInvalidRequest  ? objects::WcStatus::kRemInvReqErr
+                                                         : objects::WcStatus::kLocQpOpErr;
+    c.opcode = objects::WcOpcode::kRecv;
+    c.qp_num = qp.qpn;
+    c.timestamp_ns = NowNs();
+    qp.in_send = false;
+    PushCqe(qp, qp.recv_cq, c);
+  }
+  // Invalid requests and access violations are fatal to the responder's QP
+  // (IBA 9.9.2, classes B and C).
+  qp.attrs.state = QpState::kErr;
+  std::vector<std::pair<objects::Cq*, objects::Cqe>> cqes;
+  FlushLocked(qp, cqes);
+  for (auto& [cq, c] : cqes) PushCqe(qp, cq, c);
+  active_.erase(qp.qpn);
+}
+
+void Engine::AnswerRead(Qp& qp, const ReplayEntry& r, uint32_t from_psn) {
+  using wire::Opcode;
+  const uint32_t mtu = qp.attrs.path_mtu;
+  const uint32_t count = static_cast<uint32_t>(wire::PsnDiff(r.last_psn, r.psn)) + 1;
+  std::shared_ptr<const objects::Mr> mr;
+  if (r.length > 0) {
+    mr = device_->mrs().FindByRkey(r.rkey);
+    if (!mr || !mr->Contains(r.va, r.length)) {
+      ResponderError(qp, wire::NakCode::kRemoteAccessError, from_psn,
+                     "the memory region of a READ was deregistered before it was answered");
+      return;
+    }
+  }
+  for (uint32_t psn = from_psn; wire::PsnDiff(psn, r.last_psn) <= 0; psn = wire::PsnNext(psn)) {
+    const uint32_t index = static_cast<uint32_t>(wire::PsnDiff(psn, r.psn));
+    wire::PacketFields p;
+    if (count == 1) {
+      p.opcode = Opcode::RC_RDMA_READ_RESPONSE_ONLY;
+    } else if (index == 0) {
+      p.opcode = Opcode::RC_RDMA_READ_RESPONSE_FIRST;
+    } else if (index + 1 == count) {
+      p.opcode = Opcode::RC_RDMA_READ_RESPONSE_LAST;
+    } else {
+      p.opcode = Opcode::RC_RDMA_READ_RESPONSE_MIDDLE;
+    }
+    p.bth.dest_qpn = qp.attrs.dest_qpn;
+    p.bth.psn = psn;
+    p.aeth.syndrome = wire::AckSyndrome();
+    p.aeth.msn = qp.msn & 0xffffff;
+    const uint64_t offset = uint64_t{index} * mtu;
+    const size_t len = static_cast<size_t>(std::min<uint64_t>(mtu, r.length - std::min<uint64_t>(r.length, offset)));
+    std::span<const uint8_t> payload;
+    if (len > 0) payload = std::span<const uint8_t>(mr->HostAddress(r.va + offset), len);
+    Transmit(p, wire::Gather(&payload, 1), qp.attrs.dest_ip);
+  }
+}
+
+void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
+  const uint32_t psn = packet.psn();
+  const bool rc = qp.type == QpType::kRc;
+
+  if (!rc) {
+    // UC: a gap loses the message in progress; resume at the next FIRST/ONLY.
+    if (psn != qp.epsn) {
+      counters_.out_of_sequence.fetch_add(1, std::memory_order_relaxed);
+      if (qp.in_send) qp.rq.push_front(std::move(qp.recv));
+      qp.in_send = qp.in_write = false;
+      qp.write_mr.reset();
+      qp.uc_resync = true;
+    }
+    qp.epsn = wire::PsnNext(psn);
+    if (qp.uc_resync) {
+      if (!packet.Has(wire::kFirstMask)) return;
+      qp.uc_resync = false;
+    }
+  } else {
+    const int32_t d = wire::PsnDiff(psn, qp.epsn);
+    if (d > 0) {
+      counters_.out_of_sequence.fetch_add(1, std::memory_order_relaxed);
+      if (!qp.nak_sent) {
+        SendAck(qp, qp.epsn, wire::NakSyndrome(wire::NakCode::kPsnSequenceError));
+        qp.nak_sent = true;
+      }
+      return;
+    }
+    if (d < 0) {
+      counters_.duplicates.fetch_add(1, std::memory_order_relaxed);
+      if (packet.Has(wire::kReadMask) || packet.Has(wire::kAtomicMask)) {
+        for (const ReplayEntry& r : qp.replay) {
+          if (wire::PsnDiff(psn, r.psn) < 0 || wire::PsnDiff(psn, r.last_psn) > 0) continue;
+          if (r.atomic) {
+            wire::PacketFields p;
+            p.opcode = wire::Opcode::RC_ATOMIC_ACKNOWLEDGE;
+            p.bth.dest_qpn = qp.attrs.dest_qpn;
+            p.bth.psn = r.psn;
+            p.aeth.syndrome = wire::AckSyndrome();
+            p.aeth.msn = qp.msn & 0xffffff;
+            p.atomic_ack_orig_data = r.atomic_result;
+            Transmit(p, wire::Gather(), qp.attrs.dest_ip);
+          } else {
+            AnswerRead(qp, r, psn);
+          }
+          return;
+        }
+        return;  // too old to replay: the requester has long moved on
+      }
+      // A duplicate SEND or WRITE was executed once: acknowledge again.
+      SendAck(qp, wire::PsnAdd(qp.epsn, -1), wire::AckSyndrome());
+      return;
+    }
+    qp.nak_sent = false;
+  }
+
+  // Opcode sequence (IBA 9.8.3): a message in progress continues with its
+  // own MIDDLE or LAST; otherwise only FIRST or ONLY may come.
+  const bool is_send = packet.Has(wire::kSendMask);
+  const bool is_write = packet.Has(wire::kWriteMask);
+  if ((qp.in_send && !(is_send && !packet.Has(wire::kFirstMask))) ||
+      (qp.in_write && !(is_write && !packet.Has(wire::kFirstMask))) ||
+      (!qp.in_send && !qp.in_write && !packet.Has(wire::kFirstMask))) {
+    ResponderError(qp, wire::NakCode::kInvalidRequest, psn,
+                   fmt::format("{} out of the opcode sequence", packet.info().name));
+    return;
+  }
+
+  if (is_send) {
+    if (packet.Has(wire::kFirstMask)) {
+      if (qp.rq.empty()) {
+        if (rc) {
+          counters_.rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
+          SendAck(qp, psn, wire::RnrNakSyndrome(qp.attrs.min_rnr_timer));
+        } else {
+          counters_.dropped_no_receive.fetch_add(1, std::memory_order_relaxed);
+          qp.uc_resync = !packet.Has(wire::kLastMask);
+        }
+        return;  // RC: the PSN is not consumed; the requester retries
+      }
+      qp.recv = std::move(qp.rq.front());
+      qp.rq.pop_front();
+      qp.in_send = true;
+      qp.recv_offset = 0;
+      if (CheckSges(qp, qp.recv.sges, true) != objects::WcStatus::kSuccess) {
+        ResponderError(qp, wire::NakCode::kRemoteOperationalError, psn,
+                       "the receive WQE's SGEs are not in a writable memory region of the QP's PD");
+        return;
+      }
+    }
+    std::span<const uint8_t> data = packet.payload();
+    if (qp.recv_offset + data.size() > qp.recv.length) {
+      ResponderError(qp, wire::NakCode::kInvalidRequest, psn,
+                     fmt::format("the message is longer than the {}-byte receive buffer", qp.recv.length));
+      return;
+    }
+    ScatterRange(qp.recv.sges, qp.recv_offset, data);
+    qp.recv_offset += data.size();
+    if (packet.Has(wire::kLastMask)) {
+      objects::Cqe c;
+      c.wr_id = qp.recv.wr_id;
+      c.opcode = objects::WcOpcode::kRecv;
+      c.byte_len = static_cast<uint32_t>(qp.recv_offset);
+      c.qp_num = qp.qpn;
+      c.solicited = packet.bth().solicited();
+      if (packet.Has(wire::kImmDtMask)) {
+        c.wc_flags |= objects::kWcWithImm;
+        c.imm_data = htonl(packet.imm_dt().imm());
+      }
+      if (packet.Has(wire::kIethMask)) {
+        c.wc_flags |= objects::kWcWithInv;
+        c.imm_data = packet.ieth().rkey();
+      }
+      c.timestamp_ns = NowNs();
+      qp.in_send = false;
+      qp.msn = wire::PsnNext(qp.msn);
+      PushCqe(qp, qp.recv_cq, c);
+    }
+  } else if (is_write) {
+    if (rc && !(qp.attrs.access & kQpRemoteWrite)) {
+      ResponderError(qp, wire::NakCode::kInvalidRequest, psn,
+                     "an RDMA WRITE arrived but the QP does not allow remote writes "
+                     "(IBV_ACCESS_REMOTE_WRITE in qp_access_flags)");
+      return;
+    }
+    if (!rc && !(qp.attrs.access & kQpRemoteWrite)) {
+      ResponderError(qp, wire::NakCode::kInvalidRequest, psn, "the QP does not allow remote writes");
+      return;
+    }
+    if (packet.Has(wire::kFirstMask)) {
+      const auto reth = packet.reth();
+      qp.write_mr.reset();
+      if (reth.dma_length() > 0) {
+        auto mr = device_->mrs().FindByRkey(reth.rkey());
+        if (!mr || mr->pd != qp.pd || !(mr->access & objects::kRemoteWrite) ||
+            !mr->Contains(reth.va(), reth.dma_length())) {
+          ResponderError(qp, wire::NakCode::kRemoteAccessError, psn,
+                         fmt::format("RDMA WRITE to [{:#x}, +{}) with rkey {:#x}: no memory region of "
+                                     "the QP's PD grants remote write there",
+                                     reth.va(), reth.dma_length(), reth.rkey()));
+          return;
+        }
+        qp.write_mr = std::move(mr);
+      }
+      qp.in_write = true;
+      qp.write_va = reth.va();
+      qp.write_left = reth.dma_length();
+      qp.write_length = reth.dma_length();
+    }
+    std::span<const uint8_t> data = packet.payload();
+    if (data.size() > qp.write_left ||
+        (packet.Has(wire::kLastMask) && data.size() != qp.write_left)) {
+      ResponderError(qp, wire::NakCode::kInvalidRequest, psn,
+                     "the RDMA WRITE's payload does not match its RETH length");
+      return;
+    }
+    const bool imm = packet.Has(wire::kImmDtMask);
+    if (imm && qp.rq.empty()) {
+      // Checked before writing, so the retried packet finds nothing done.
+      if (rc) {
+        counters_.rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
+        SendAck(qp, psn, wire::RnrNakSyndrome(qp.attrs.min_rnr_timer));
+      } else {
+        counters_.dropped_no_receive.fetch_add(1, std::memory_order_relaxed);
+        qp.in_write = false;
+        qp.write_mr.reset();
+      }
+      return;
+    }
+    if (!data.empty()) {
+      std::memcpy(qp.write_mr->HostAddress(qp.write_va), data.data(), data.size());
+      qp.write_va += data.size();
+      qp.write_left -= data.size();
+    }
+    if (packet.Has(wire::kLastMask)) {
+      qp.in_write = false;
+      qp.write_mr.reset();
+      qp.msn = wire::PsnNext(qp.msn);
+      if (imm) {
+        RecvWqe recv = std::move(qp.rq.front());
+        qp.rq.pop_front();
+        objects::Cqe c;
+        c.wr_id = recv.wr_id;
+        c.opcode = objects::WcOpcode::kRecvRdmaWithImm;
+        c.byte_len = static_cast<uint32_t>(qp.write_length);
+        c.qp_num = qp.qpn;
+        c.wc_flags = objects::kWcWithImm;
+        c.imm_data = htonl(packet.imm_dt().imm());
+        c.solicited = packet.bth().solicited();
+        c.timestamp_ns = NowNs();
+        PushCqe(qp, qp.recv_cq, c);
+      }
+    }
+  } else if (packet.Has(wire::kReadMask)) {
+    if (!(qp.attrs.access & kQpRemoteRead)) {
+      ResponderError(qp, wire::NakCode::kInvalidRequest, psn,
+                     "an RDMA READ arrived but the QP does not allow remote reads "
+                     "(IBV_ACCESS_REMOTE_READ in qp_access_flags)");
+      return;
+    }
+    const auto reth = packet.reth();
+    if (reth.dma_length() > 0) {
+      auto mr = device_->mrs().FindByRkey(reth.rkey());
+      if (!mr || mr->pd != qp.pd || !(mr->access & objects::kRemoteRead) ||
+          !mr->Contains(reth.va(), reth.dma_length())) {
+        ResponderError(qp, wire::NakCode::kRemoteAccessError, psn,
+                       fmt::format("RDMA READ of [{:#x}, +{}) with rkey {:#x}: no memory region of "
+                                   "the QP's PD grants remote read there",
+                                   reth.va(), reth.dma_length(), reth.rkey()));
+        return;
+      }
+    }
+    const uint32_t mtu = qp.attrs.path_mtu;
+    const uint32_t count = reth.dma_length() == 0 ? 1 : (reth.dma_length() + mtu - 1) / mtu;
+    ReplayEntry r;
+    r.psn = psn;
+    r.last_psn = wire::PsnAdd(psn, count - 1);
+    r.va = reth.va();
+    r.rkey = reth.rkey();
+    r.length = reth.dma_length();
+    qp.replay.push_back(r);
+    if (qp.replay.size() > kReplayEntries) qp.replay.pop_front();
+    qp.msn = wire::PsnNext(qp.msn);
+    qp.epsn = wire::PsnAdd(psn, count);
+    AnswerRead(qp, r, psn);
+    return;
+  } else if (packet.Has(wire::kAtomicMask)) {
+    if (!(qp.attrs.access & kQpRemoteAtomic)) {
+      ResponderError(qp, wire::NakCode::kInvalidRequest, psn,
+                     "an atomic arrived but the QP does not allow remote atomics "
+                     "(IBV_ACCESS_REMOTE_ATOMIC in qp_access_flags)");
+      return;
+    }
+    const auto a = packet.atomic_eth();
+    if (a.va() % 8 != 0) {
+      ResponderError(qp, wire::NakCode::kInvalidRequest, psn,
+                     fmt::format("atomic address {:#x} is not 8-byte aligned", a.va()));
+      return;
+    }
+    auto mr = device_->mrs().FindByRkey(a.rkey());
+    if (!mr || mr->pd != qp.pd || !(mr->access & objects::kRemoteAtomic) || !mr->Contains(a.va(), 8)) {
+      ResponderError(qp, wire::NakCode::kRemoteAccessError, psn,
+                     fmt::format("atomic on {:#x} with rkey {:#x}: no memory region of the QP's PD "
+                                 "grants remote atomics there",
+                                 a.va(), a.rkey()));
+      return;
+    }
+    auto* target = reinterpret_cast<uint64_t*>(mr->HostAddress(a.va()));
+    uint64_t orig;
+    if (packet.opcode() == wire::Opcode::RC_COMPARE_SWAP) {
+      orig = a.compare();
+      __atomic_compare_exchange_n(target, &orig, a.swap_add(), false, __ATOMIC_SEQ_CST,
+                                  __ATOMIC_SEQ_CST);
+    } else {
+      orig = __atomic_fetch_add(target, a.swap_add(), __ATOMIC_SEQ_CST);
+    }
+    ReplayEntry r;
+    r.psn = r.last_psn = psn;
+    r.atomic = true;
+    r.atomic_result = orig;
+    qp.replay.push_back(r);
+    if (qp.replay.size() > kReplayEntries) qp.replay.pop_front();
+    qp.msn = wire::PsnNext(qp.msn);
+    qp.epsn = wire::PsnNext(psn);
+    wire::PacketFields p;
+    p.opcode = wire::Opcode::RC_ATOMIC_ACKNOWLEDGE;
+    p.bth.dest_qpn = qp.attrs.dest_qpn;
+    p.bth.psn = psn;
+    p.aeth.syndrome = wire::AckSyndrome();
+    p.aeth.msn = qp.msn & 0xffffff;
+    p.atomic_ack_orig_data = orig;
+    Transmit(p, wire::Gather(), qp.attrs.dest_ip);
+    return;
+  }
+
+  if (rc) {
+    qp.epsn = wire::PsnNext(psn);
+    if (packet.bth().ack_req() || packet.Has(wire::kLastMask)) SendAck(qp, psn, wire::AckSyndrome());
+  }
+}
+
+}  // namespace rdmaemu::engine
