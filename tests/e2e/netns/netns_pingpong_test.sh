@@ -156,6 +156,12 @@ run_pair() {  # ENGINE
     LD_LIBRARY_PATH="$libdir" timeout 60 "${linebuf[@]}" \
     "$prog" -g 0 -p "$port" -c -s "$size" -n "$iters" "$ip_a" >"$clog" 2>&1
   local client_rc=$?
+  # A failed client leaves the server waiting for it: don't wait out the
+  # server's timeout.
+  if (( client_rc != 0 )); then
+    sleep 2
+    kill "$server_pid" 2>/dev/null
+  fi
   wait "$server_pid"
   local server_rc=$?
   server_pid=""
