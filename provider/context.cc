@@ -206,6 +206,7 @@ void InstallOps(verbs_context* vctx) {
   vctx->context.num_comp_vectors = device::kNumCompVectors;
   InstallCqOps(vctx);
   InstallQpOps(vctx);
+  InstallSrqOps(vctx);
 }
 
 int QueryGidEntry(ibv_context* context, uint32_t port, uint32_t index, ibv_gid_entry* entry) {

@@ -49,6 +49,9 @@ struct Cq {
   objects::Cqe current;
 };
 
+// The ibv_wr_* batch of a QP created with send_ops_flags (qp_ex.cc).
+struct WrBatch;
+
 struct Qp {
   ibv_qp_ex ibv;  // must be first; starts with ibv_qp
   std::shared_ptr<engine::Qp> qp;
@@ -57,6 +60,15 @@ struct Qp {
   // Serialises modify and query, as the kernel's per-QP lock does.
   std::mutex modify_mu;
   objects::QpAttributes attrs;  // guarded by modify_mu
+  // Set iff created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: the QP then has the
+  // ibv_wr_* API and ibv_qp_to_qp_ex returns it.
+  std::shared_ptr<WrBatch> wr_batch;
+};
+
+struct Srq {
+  ibv_srq ibv;  // must be first
+  std::shared_ptr<engine::Srq> srq;
+  std::atomic<int> users{0};  // QPs receiving through it
 };
 
 struct Ah {
@@ -74,6 +86,7 @@ inline Cq* ToCq(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
 inline Cq* ToCq(ibv_cq_ex* c) { return reinterpret_cast<Cq*>(c); }
 inline Qp* ToQp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
 inline Ah* ToAh(ibv_ah* a) { return reinterpret_cast<Ah*>(a); }
+inline Srq* ToSrq(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
 
 // Validates one work request against its QP and builds the device's WQE
 // (qp.cc); shared by ibv_post_send and the ibv_wr_* API.
@@ -81,6 +94,12 @@ Result<engine::SendWqe> BuildSendWqe(Qp& qp, const ibv_send_wr& wr);
 // Queues built WQEs in order; stops with ENOMEM at the QP's capacity.
 // `queued` says how many went in. EINVAL before RTS.
 int QueueSends(Qp& qp, std::vector<engine::SendWqe>& wqes, size_t* queued);
+
+// The extended post API (qp_ex.cc). CheckSendOpsFlags refuses, with
+// EOPNOTSUPP and a log line naming them, the send_ops_flags a QP of this type
+// cannot have; InstallQpEx fills every ibv_qp_ex function pointer.
+Status CheckSendOpsFlags(ibv_qp_type type, uint64_t send_ops_flags);
+void InstallQpEx(Qp& qp, uint64_t send_ops_flags);
 
 // The hooks SetEventHooks installed.
 const EventHooks& Hooks();

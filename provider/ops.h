@@ -7,5 +7,6 @@ namespace rdmaemu::provider {
 
 void InstallCqOps(verbs_context* vctx);
 void InstallQpOps(verbs_context* vctx);
+void InstallSrqOps(verbs_context* vctx);
 
 }  // namespace rdmaemu::provider

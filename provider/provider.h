@@ -65,9 +65,19 @@ void FreeCq(ibv_cq* cq);
 Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr);
 int ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int mask);
 int QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init_attr);
+// The QP's ibv_qp_ex if it was created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+// else NULL (as rdma-core's ibv_qp_to_qp_ex).
+ibv_qp_ex* QpToQpEx(ibv_qp* qp);
 // Two steps, as for CQs: Detach stops the engine using the QP; Free releases it.
 int DetachQp(ibv_qp* qp);
 void FreeQp(ibv_qp* qp);
+
+// Shared receive queues (basic type only; XRC is not supported).
+Result<ibv_srq*> CreateSrq(ibv_pd* pd, ibv_srq_init_attr* attr);
+int ModifySrq(ibv_srq* srq, ibv_srq_attr* attr, int mask);
+int QuerySrq(ibv_srq* srq, ibv_srq_attr* attr);
+int DetachSrq(ibv_srq* srq);
+void FreeSrq(ibv_srq* srq);
 
 Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr);
 int DestroyAh(ibv_ah* ah);

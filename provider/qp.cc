@@ -276,6 +276,11 @@ int PostRecv(ibv_qp* ibv, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   bool flush = false;
   for (; wr != nullptr; wr = wr->next) {
     std::lock_guard lock(eqp.mu);
+    if (eqp.srq) {
+      RDMAEMU_WARN_LIMITED("ibv_post_recv: qp#{} receives through an SRQ; use ibv_post_srq_recv", eqp.qpn);
+      rc = EINVAL;
+      break;
+    }
     if (eqp.attrs.state == engine::QpState::kReset) {
       RDMAEMU_WARN_LIMITED("ibv_post_recv: qp#{} is in RESET; move it to INIT first", eqp.qpn);
       rc = EINVAL;
@@ -329,18 +334,19 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     Log().warn("ibv_create_qp: a QP needs a protection domain");
     return InvalidArgument("no PD");
   }
-  if (attr->comp_mask & ~uint32_t{IBV_QP_INIT_ATTR_PD}) {
+  constexpr uint32_t kCompMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if (attr->comp_mask & ~kCompMask) {
     Log().warn("ibv_create_qp_ex: comp_mask {:#x} asks for features the device does not support "
-               "(the extended post API, XRC, RSS, TSO …)", attr->comp_mask & ~uint32_t{IBV_QP_INIT_ATTR_PD});
+               "(XRC, RSS, TSO, create flags …)", attr->comp_mask & ~kCompMask);
     return NotSupported("comp_mask");
   }
+  const bool qp_ex = attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD) {
     Log().warn("ibv_create_qp: QP type {} is not supported (RC, UC and UD are)", static_cast<int>(attr->qp_type));
     return NotSupported("qp_type");
   }
-  if (attr->srq != nullptr) {
-    Log().warn("ibv_create_qp: shared receive queues are not implemented yet");
-    return NotSupported("srq");
+  if (qp_ex) {
+    if (Status s = CheckSendOpsFlags(attr->qp_type, attr->send_ops_flags); !s.ok()) return s;
   }
   if (attr->send_cq == nullptr || attr->recv_cq == nullptr) {
     Log().warn("ibv_create_qp: send_cq and recv_cq are required");
@@ -364,10 +370,15 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
       *qpn, static_cast<engine::QpType>(attr->qp_type), ToPd(attr->pd)->handle,
       ToCq(attr->send_cq)->cq.get(), ToCq(attr->recv_cq)->cq.get(), caps,
       reinterpret_cast<uint64_t>(&q));
+  if (attr->srq != nullptr) {
+    qp->qp->srq = ToSrq(attr->srq)->srq;
+    ++ToSrq(attr->srq)->users;
+  }
   qp->type = static_cast<objects::QpType>(attr->qp_type);
   qp->attrs.cap = {cap.max_send_wr, cap.max_recv_wr, cap.max_send_sge, cap.max_recv_sge,
                    cap.max_inline_data};
   qp->sq_sig_all = attr->sq_sig_all != 0;
+  if (qp_ex) InstallQpEx(*qp, attr->send_ops_flags);
   q.context = context;
   q.qp_context = attr->qp_context;
   q.pd = attr->pd;
@@ -513,6 +524,7 @@ int DetachQp(ibv_qp* ibv) {
 
 void FreeQp(ibv_qp* ibv) {
   --ToPd(ibv->pd)->users;
+  if (ibv->srq != nullptr) --ToSrq(ibv->srq)->users;
   --ToCq(ibv->send_cq)->users;
   --ToCq(ibv->recv_cq)->users;
   pthread_mutex_destroy(&ibv->mutex);

@@ -81,7 +81,15 @@ void FlushLocked(Qp& qp, std::vector<std::pair<objects::Cq*, objects::Cqe>>& out
   };
   for (const auto& f : qp.inflight) flushed_send(f.wqe);
   for (const auto& w : qp.sq) flushed_send(w);
-  if (qp.in_send) qp.rq.push_front(std::move(qp.recv));
+  if (qp.in_send) {
+    if (qp.srq) {
+      // SRQ WQEs are not flushed with the QP (IBA 10.3.1): give it back.
+      std::lock_guard lock(qp.srq->mu);
+      qp.srq->rq.push_front(std::move(qp.recv));
+    } else {
+      qp.rq.push_front(std::move(qp.recv));
+    }
+  }
   for (const auto& w : qp.rq) {
     objects::Cqe c;
     c.wr_id = w.wr_id;
@@ -300,6 +308,39 @@ void Engine::PushCqe(Qp& qp, objects::Cq* cq, const objects::Cqe& cqe) {
   }
 }
 
+bool Engine::TakeRecv(Qp& qp, RecvWqe* out) {
+  if (!qp.srq) {
+    if (qp.rq.empty()) return false;
+    *out = std::move(qp.rq.front());
+    qp.rq.pop_front();
+    return true;
+  }
+  bool limit_reached = false;
+  {
+    std::lock_guard lock(qp.srq->mu);
+    if (qp.srq->rq.empty()) return false;
+    *out = std::move(qp.srq->rq.front());
+    qp.srq->rq.pop_front();
+    if (qp.srq->limit != 0 && qp.srq->rq.size() < qp.srq->limit) {
+      qp.srq->limit = 0;  // one-shot: the application re-arms with ibv_modify_srq
+      limit_reached = true;
+    }
+  }
+  if (limit_reached) {
+    device_->Raise({device::AsyncEventType::kSrqLimitReached, qp.srq->handle, 0});
+  }
+  return true;
+}
+
+void Engine::ReturnRecv(Qp& qp, RecvWqe&& wqe) {
+  if (!qp.srq) {
+    qp.rq.push_front(std::move(wqe));
+    return;
+  }
+  std::lock_guard lock(qp.srq->mu);
+  qp.srq->rq.push_front(std::move(wqe));
+}
+
 void Engine::ExecuteUdSend(Qp& qp, const SendWqe& wqe) {
   auto complete = [&](objects::WcStatus status) {
     if (qp.sq_outstanding > 0) --qp.sq_outstanding;
@@ -422,12 +463,11 @@ void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagr
                 packet.deth().qkey(), qp.attrs.qkey);
     return;
   }
-  if (qp.rq.empty()) {
+  RecvWqe wqe;
+  if (!TakeRecv(qp, &wqe)) {
     counters_.dropped_no_receive.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  RecvWqe wqe = std::move(qp.rq.front());
-  qp.rq.pop_front();
   objects::Cqe cqe;
   cqe.wr_id = wqe.wr_id;
   cqe.opcode = objects::WcOpcode::kRecv;

@@ -91,6 +91,11 @@ class Engine : public net::LoopHandler {
   // Writes data at `offset` into an SGE list (already checked).
   void ScatterRange(const std::vector<Sge>& sges, uint64_t offset, std::span<const uint8_t> data);
   void PushCqe(Qp& qp, objects::Cq* cq, const objects::Cqe& cqe);
+  // Takes the next receive WQE from the QP's SRQ or RQ (raising the SRQ's
+  // limit event when it fires); false when there is none.
+  bool TakeRecv(Qp& qp, RecvWqe* out);
+  // Gives back a receive WQE whose message was dropped (UC).
+  void ReturnRecv(Qp& qp, RecvWqe&& wqe);
 
   // requester.cc
   void Progress(Qp& qp, Clock::time_point now);

@@ -77,6 +77,21 @@ struct ReplayEntry {
   uint64_t atomic_result = 0;
 };
 
+// A shared receive queue: receive WQEs many QPs draw from, with the limit
+// event (SRQ_LIMIT_REACHED, one-shot) of IBA 10.2.9.
+struct Srq {
+  Srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint64_t handle)
+      : pd(pd), max_sge(max_sge), handle(handle), max_wr(max_wr) {}
+  const uint32_t pd;
+  const uint32_t max_sge;
+  const uint64_t handle;  // the provider's ibv_srq*, for async events
+
+  std::mutex mu;
+  std::deque<RecvWqe> rq;  // guarded by mu
+  uint32_t max_wr;         // guarded by mu
+  uint32_t limit = 0;      // guarded by mu; 0 = not armed
+};
+
 struct Qp {
   Qp(uint32_t qpn, QpType type, uint32_t pd, objects::Cq* send_cq, objects::Cq* recv_cq,
      QpCaps caps, uint64_t handle)
@@ -90,6 +105,8 @@ struct Qp {
   objects::Cq* const recv_cq;
   const QpCaps caps;
   const uint64_t handle;  // the provider's ibv_qp*, for async events
+  // Set before the QP is added to the engine, constant after.
+  std::shared_ptr<Srq> srq;
 
   std::mutex mu;
   TransportAttrs attrs;

@@ -39,7 +39,7 @@ void Engine::ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std:
   if (qp.type == QpType::kUc) {
     // UC has no NAKs: the message is dropped and the receive WQE reused.
     RDMAEMU_WARN_LIMITED("{} qp#{}: dropped a UC message: {}", device_->name(), qp.qpn, why);
-    if (qp.in_send) qp.rq.push_front(std::move(qp.recv));
+    if (qp.in_send) ReturnRecv(qp, std::move(qp.recv));
     qp.in_send = qp.in_write = false;
     qp.write_mr.reset();
     qp.uc_resync = true;
@@ -114,7 +114,7 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
     // UC: a gap loses the message in progress; resume at the next FIRST/ONLY.
     if (psn != qp.epsn) {
       counters_.out_of_sequence.fetch_add(1, std::memory_order_relaxed);
-      if (qp.in_send) qp.rq.push_front(std::move(qp.recv));
+      if (qp.in_send) ReturnRecv(qp, std::move(qp.recv));
       qp.in_send = qp.in_write = false;
       qp.write_mr.reset();
       qp.uc_resync = true;
@@ -176,7 +176,7 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
 
   if (is_send) {
     if (packet.Has(wire::kFirstMask)) {
-      if (qp.rq.empty()) {
+      if (!TakeRecv(qp, &qp.recv)) {
         if (rc) {
           counters_.rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
           SendAck(qp, psn, wire::RnrNakSyndrome(qp.attrs.min_rnr_timer));
@@ -186,8 +186,6 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
         }
         return;  // RC: the PSN is not consumed; the requester retries
       }
-      qp.recv = std::move(qp.rq.front());
-      qp.rq.pop_front();
       qp.in_send = true;
       qp.recv_offset = 0;
       if (CheckSges(qp, qp.recv.sges, true) != objects::WcStatus::kSuccess) {
@@ -263,7 +261,8 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
       return;
     }
     const bool imm = packet.Has(wire::kImmDtMask);
-    if (imm && qp.rq.empty()) {
+    RecvWqe imm_recv;
+    if (imm && !TakeRecv(qp, &imm_recv)) {
       // Checked before writing, so the retried packet finds nothing done.
       if (rc) {
         counters_.rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
@@ -285,10 +284,8 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
       qp.write_mr.reset();
       qp.msn = wire::PsnNext(qp.msn);
       if (imm) {
-        RecvWqe recv = std::move(qp.rq.front());
-        qp.rq.pop_front();
         objects::Cqe c;
-        c.wr_id = recv.wr_id;
+        c.wr_id = imm_recv.wr_id;
         c.opcode = objects::WcOpcode::kRecvRdmaWithImm;
         c.byte_len = static_cast<uint32_t>(qp.write_length);
         c.qp_num = qp.qpn;

@@ -33,8 +33,6 @@
 extern "C" {
 
 // ---- QP (IBVERBS_1.1, 1.6, 1.14) ------------------------------------------
-struct ibv_qp_ex* ibv_qp_to_qp_ex(struct ibv_qp* qp) { FAIL_PTR("ibv_qp_to_qp_ex"); }
-
 // Not a failure-returning verb: 1 means "data written in order", 0 "no
 // guarantee". 0 is the answer that is never wrong.
 int ibv_query_qp_data_in_order(struct ibv_qp* qp, enum ibv_wr_opcode op, uint32_t flags) {
@@ -47,20 +45,6 @@ int ibv_query_ece(struct ibv_qp* qp, struct ibv_ece* ece) { FAIL_INT("ibv_query_
 
 int ibv_set_ece(struct ibv_qp* qp, struct ibv_ece* ece) { FAIL_INT("ibv_set_ece"); }
 
-// ---- SRQ (IBVERBS_1.1) ------------------------------------------------------
-struct ibv_srq* ibv_create_srq(struct ibv_pd* pd, struct ibv_srq_init_attr* srq_init_attr) {
-  FAIL_PTR("ibv_create_srq");
-}
-
-int ibv_modify_srq(struct ibv_srq* srq, struct ibv_srq_attr* srq_attr, int srq_attr_mask) {
-  FAIL_INT("ibv_modify_srq");
-}
-
-int ibv_query_srq(struct ibv_srq* srq, struct ibv_srq_attr* srq_attr) {
-  FAIL_INT("ibv_query_srq");
-}
-
-int ibv_destroy_srq(struct ibv_srq* srq) { FAIL_INT("ibv_destroy_srq"); }
 
 // ---- AH (IBVERBS_1.1) -------------------------------------------------------
 // ibv_init_ah_from_wc(3): "returns 0 on success, and -1 on error".

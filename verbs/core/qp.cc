@@ -60,4 +60,8 @@ ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
 
 int ibv_destroy_ah(ibv_ah* ah) { return provider::DestroyAh(ah); }
 
+// NULL (errno untouched, as rdma-core) for a QP created without
+// IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.
+ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) { return provider::QpToQpEx(qp); }
+
 }  // extern "C"

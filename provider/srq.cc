@@ -1,0 +1,109 @@
+// Shared receive queues.
+#include "emulator/base/log.h"
+#include "emulator/device/attributes.h"
+#include "provider/objects.h"
+#include "provider/ops.h"
+#include "provider/provider.h"
+
+namespace rdmaemu::provider {
+namespace {
+
+int PostSrqRecv(ibv_srq* ibv, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  engine::Srq& srq = *ToSrq(ibv)->srq;
+  std::lock_guard lock(srq.mu);
+  for (; wr != nullptr; wr = wr->next) {
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > srq.max_sge) {
+      RDMAEMU_WARN_LIMITED("ibv_post_srq_recv: num_sge {} exceeds the SRQ's max_sge {}", wr->num_sge,
+                           srq.max_sge);
+      *bad_wr = wr;
+      return EINVAL;
+    }
+    if (srq.rq.size() >= srq.max_wr) {
+      *bad_wr = wr;
+      return ENOMEM;
+    }
+    engine::RecvWqe w;
+    w.wr_id = wr->wr_id;
+    for (int i = 0; i < wr->num_sge; ++i) {
+      w.sges.push_back({wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey});
+      w.length += wr->sg_list[i].length;
+    }
+    srq.rq.push_back(std::move(w));
+  }
+  return 0;
+}
+
+}  // namespace
+
+void InstallSrqOps(verbs_context* vctx) { vctx->context.ops.post_srq_recv = PostSrqRecv; }
+
+Result<ibv_srq*> CreateSrq(ibv_pd* pd, ibv_srq_init_attr* attr) {
+  const ibv_srq_attr& a = attr->attr;
+  if (a.max_wr < 1 || a.max_wr > static_cast<uint32_t>(device::kMaxSrqWr) ||
+      a.max_sge > static_cast<uint32_t>(device::kMaxSrqSge)) {
+    Log().warn("ibv_create_srq: max_wr {} / max_sge {} outside the device's 1..{} / 0..{}", a.max_wr,
+               a.max_sge, device::kMaxSrqWr, device::kMaxSrqSge);
+    return InvalidArgument("srq attributes");
+  }
+  auto* srq = new Srq{};
+  srq->ibv.context = pd->context;
+  srq->ibv.srq_context = attr->srq_context;
+  srq->ibv.pd = pd;
+  pthread_mutex_init(&srq->ibv.mutex, nullptr);
+  pthread_cond_init(&srq->ibv.cond, nullptr);
+  srq->ibv.events_completed = 0;
+  srq->srq = std::make_shared<engine::Srq>(ToPd(pd)->handle, a.max_wr, a.max_sge,
+                                           reinterpret_cast<uint64_t>(&srq->ibv));
+  ++ToPd(pd)->users;
+  return &srq->ibv;
+}
+
+int ModifySrq(ibv_srq* ibv, ibv_srq_attr* attr, int mask) {
+  engine::Srq& srq = *ToSrq(ibv)->srq;
+  if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) {
+    Log().warn("ibv_modify_srq: unknown attribute mask bits {:#x}", mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT));
+    return EINVAL;
+  }
+  std::lock_guard lock(srq.mu);
+  uint32_t max_wr = (mask & IBV_SRQ_MAX_WR) ? attr->max_wr : srq.max_wr;
+  // Check everything, then apply.
+  if ((mask & IBV_SRQ_MAX_WR) &&
+      (max_wr < 1 || max_wr > static_cast<uint32_t>(device::kMaxSrqWr) || max_wr < srq.rq.size())) {
+    Log().warn("ibv_modify_srq: max_wr {} must be 1..{} and hold the {} receives already posted",
+               max_wr, device::kMaxSrqWr, srq.rq.size());
+    return EINVAL;
+  }
+  if ((mask & IBV_SRQ_LIMIT) && attr->srq_limit > max_wr) {
+    Log().warn("ibv_modify_srq: srq_limit {} exceeds max_wr {}", attr->srq_limit, max_wr);
+    return EINVAL;
+  }
+  srq.max_wr = max_wr;
+  if (mask & IBV_SRQ_LIMIT) srq.limit = attr->srq_limit;
+  return 0;
+}
+
+int QuerySrq(ibv_srq* ibv, ibv_srq_attr* attr) {
+  engine::Srq& srq = *ToSrq(ibv)->srq;
+  std::lock_guard lock(srq.mu);
+  attr->max_wr = srq.max_wr;
+  attr->max_sge = srq.max_sge;
+  attr->srq_limit = srq.limit;
+  return 0;
+}
+
+int DetachSrq(ibv_srq* ibv) {
+  if (int users = ToSrq(ibv)->users.load(); users != 0) {
+    Log().warn("ibv_destroy_srq: {} QP(s) still use this SRQ; destroy them first", users);
+    return EBUSY;
+  }
+  return 0;
+}
+
+void FreeSrq(ibv_srq* ibv) {
+  --ToPd(ibv->pd)->users;
+  pthread_mutex_destroy(&ibv->mutex);
+  pthread_cond_destroy(&ibv->cond);
+  delete ToSrq(ibv);
+}
+
+}  // namespace rdmaemu::provider
