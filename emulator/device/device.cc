@@ -1,10 +1,14 @@
 #include "emulator/device/device.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <shared_mutex>
 
@@ -27,6 +31,42 @@ Gid Gid::FromIpv4(in_addr address) {
   std::memcpy(&g.raw[12], &address.s_addr, 4);
   return g;
 }
+
+namespace {
+
+// The MTU of the interface that owns `address` (0 if none does).
+int InterfaceMtu(in_addr address) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return 0;
+  int mtu = 0;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_netmask == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    uint32_t a = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
+    uint32_t m = reinterpret_cast<sockaddr_in*>(i->ifa_netmask)->sin_addr.s_addr;
+    if ((a & m) != (address.s_addr & m)) continue;
+    int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) break;
+    ifreq req{};
+    std::snprintf(req.ifr_name, sizeof req.ifr_name, "%s", i->ifa_name);
+    if (::ioctl(fd, SIOCGIFMTU, &req) == 0) mtu = req.ifr_mtu;
+    ::close(fd);
+    break;
+  }
+  ::freeifaddrs(list);
+  return mtu;
+}
+
+// As on a real RoCE NIC (and Linux's soft-RoCE), the active MTU is the
+// largest IB MTU whose packets, with every header, fit the link's MTU.
+uint32_t RoceMtuFor(int link_mtu) {
+  constexpr int kHeaders = 80;  // IPv4/IPv6 + UDP + BTH + extension headers + ICRC, rounded up
+  for (uint32_t ib : {4096u, 2048u, 1024u, 512u, 256u}) {
+    if (static_cast<int>(ib) + kHeaders <= link_mtu) return ib;
+  }
+  return 256;
+}
+
+}  // namespace
 
 Device::Device(DeviceConfig config, int index)
     : config_(std::move(config)),
@@ -54,6 +94,11 @@ Result<std::shared_ptr<Device>> Device::Open(const DeviceConfig& config, int ind
     port.attr.link_layer = pc.link_layer;
     port.attr.max_mtu = pc.max_mtu;
     port.attr.active_mtu = pc.active_mtu;
+    if (int link = InterfaceMtu(port.bound.sin_addr); link > 0 && RoceMtuFor(link) < pc.active_mtu) {
+      port.attr.active_mtu = RoceMtuFor(link);
+      Log().info("{} port {}: the interface MTU is {}, so the active MTU is {}", config.name, i + 1,
+                 link, port.attr.active_mtu);
+    }
     port.attr.width = pc.width;
     port.attr.speed = pc.speed;
     port.attr.lid = pc.lid;
