@@ -110,7 +110,8 @@ TEST_F(CqEventsTest, ArmedCqDeliversOneEventToItsChannel) {
   EXPECT_EQ(ev_ctx, &tag_);
   EXPECT_FALSE(Readable(ch_->fd)) << "one-shot: one event for two completions";
   ibv_ack_cq_events(cq_, 1);
-  EXPECT_EQ(ibv_poll_cq(cq_, 4, &wc), 2);
+  ibv_wc wcs[4];
+  EXPECT_EQ(ibv_poll_cq(cq_, 4, wcs), 2);
 }
 
 TEST_F(CqEventsTest, ManPageBlockingFlow) {
