@@ -192,6 +192,7 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
     std::lock_guard lock(pending_mu_);
     rung.swap(pending_);
   }
+  auto access = device_->mrs().AccessGuard();
   for (uint32_t qpn : rung) {
     if (auto qp = FindQp(qpn)) {
       std::lock_guard lock(qp->mu);
@@ -384,6 +385,7 @@ void Engine::ExecuteUdSend(Qp& qp, const SendWqe& wqe) {
 
 void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
   const Clock::time_point now = Clock::now();
+  auto access = device_->mrs().AccessGuard();
   for (const net::Datagram& d : batch) {
     counters_.packets_received.fetch_add(1, std::memory_order_relaxed);
     auto packet = wire::ParsePacket(d.data);

@@ -275,6 +275,13 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
       return;
     }
     if (!data.empty()) {
+      // The region may have been deregistered since the FIRST packet; after
+      // ibv_dereg_mr returns the device must not touch that memory again.
+      if (device_->mrs().FindByRkey(qp.write_mr->rkey) != qp.write_mr) {
+        ResponderError(qp, wire::NakCode::kRemoteAccessError, psn,
+                       "the memory region of an RDMA WRITE in progress was deregistered");
+        return;
+      }
       std::memcpy(qp.write_mr->HostAddress(qp.write_va), data.data(), data.size());
       qp.write_va += data.size();
       qp.write_left -= data.size();

@@ -110,6 +110,9 @@ Status MrTable::Deregister(uint32_t lkey) {
   slots_[index].reset();
   free_.push_back(index);
   --live_;
+  lock.unlock();
+  // Wait for any copy the engine started before the region disappeared.
+  std::unique_lock drain(access_mu_);
   return Status::Ok();
 }
 

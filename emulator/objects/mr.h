@@ -57,6 +57,13 @@ class MrTable {
                                                uint64_t length, uint64_t iova, uint32_t access);
   Status Deregister(uint32_t lkey);
 
+  // The engine holds this (shared) while it copies to or from registered
+  // memory; Deregister takes it exclusively after unpublishing the region,
+  // so once ibv_dereg_mr returns the device never touches that memory.
+  std::shared_lock<std::shared_mutex> AccessGuard() const {
+    return std::shared_lock<std::shared_mutex>(access_mu_);
+  }
+
   std::shared_ptr<const Mr> FindByLkey(uint32_t lkey) const;
   std::shared_ptr<const Mr> FindByRkey(uint32_t rkey) const;
   size_t size() const;
@@ -68,6 +75,7 @@ class MrTable {
   std::shared_ptr<const Mr> Find(uint32_t key) const;
 
   mutable std::shared_mutex mu_;
+  mutable std::shared_mutex access_mu_;
   std::vector<std::shared_ptr<const Mr>> slots_;  // guarded by mu_; index = key >> 8
   std::vector<uint8_t> generation_;                // guarded by mu_; key & 0xff
   std::vector<uint32_t> free_;                     // guarded by mu_
