@@ -159,9 +159,12 @@ Result<ibv_cq_ex*> CreateCq(ibv_context* context, const ibv_cq_init_attr_ex& att
 
   auto* cq = new Cq{};
   ibv_cq* base = reinterpret_cast<ibv_cq*>(&cq->ibv);
-  cq->cq = std::make_unique<objects::Cq>(attr.cqe, [base] {
-    if (base->channel != nullptr && Hooks().completion != nullptr) Hooks().completion(base);
-  });
+  cq->cq = std::make_unique<objects::Cq>(
+      attr.cqe,
+      [base] {
+        if (base->channel != nullptr && Hooks().completion != nullptr) Hooks().completion(base);
+      },
+      reinterpret_cast<uint64_t>(base));
   cq->wc_flags = attr.wc_flags;
   cq->ibv.context = context;
   cq->ibv.cqe = static_cast<int>(attr.cqe);

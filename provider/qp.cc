@@ -461,10 +461,16 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
       eqp.write_mr.reset();
       eqp.nak_sent = eqp.uc_resync = eqp.rnr_waiting = false;
       eqp.msn = 0;
+      eqp.comm_est = false;
     }
   }
   ibv->state = static_cast<ibv_qp_state>(qp->attrs.state);
-  if (qp->attrs.state == objects::QpState::kErr) engine::FlushQp(eqp);
+  if (qp->attrs.state == objects::QpState::kErr && before != objects::QpState::kErr) {
+    engine::FlushQp(eqp);
+    if (eqp.srq) {
+      ctx->device->Raise({device::AsyncEventType::kQpLastWqeReached, eqp.handle, 0});
+    }
+  }
   if (before != qp->attrs.state) {
     Log().debug("{} qp#{}: {} -> {}", dev.name(), ibv->qp_num, objects::ToString(before),
                 objects::ToString(qp->attrs.state));

@@ -60,16 +60,12 @@ void Engine::CompleteFront(Qp& qp, objects::WcStatus status) {
 void Engine::FailQp(Qp& qp, objects::WcStatus status, const std::string& why) {
   Log().warn("{} qp#{} {}→ERR: {} ({})", device_->name(), qp.qpn,
              qp.attrs.state == QpState::kRts ? "RTS" : "", why, StatusText(status));
-  qp.attrs.state = QpState::kErr;
   if (!qp.inflight.empty()) {
     // The failing WQE completes with the error, signaled or not (IBA 10.8.3.1).
     qp.inflight.front().wqe.signaled = true;
     CompleteFront(qp, status);
   }
-  std::vector<std::pair<objects::Cq*, objects::Cqe>> cqes;
-  FlushLocked(qp, cqes);
-  for (auto& [cq, c] : cqes) PushCqe(qp, cq, c);
-  active_.erase(qp.qpn);
+  EnterError(qp);
 }
 
 void Engine::AckUpTo(Qp& qp, uint32_t psn, Clock::time_point now) {

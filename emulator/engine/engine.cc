@@ -302,11 +302,27 @@ void Engine::ScatterRange(const std::vector<Sge>& sges, uint64_t offset, std::sp
   }
 }
 
+void Engine::RaiseQpEvent(Qp& qp, device::AsyncEventType type) {
+  device_->Raise({type, qp.handle, 0});
+}
+
+void Engine::EnterError(Qp& qp) {
+  if (qp.attrs.state == QpState::kErr) return;
+  qp.attrs.state = QpState::kErr;
+  std::vector<std::pair<objects::Cq*, objects::Cqe>> cqes;
+  FlushLocked(qp, cqes);
+  for (auto& [cq, c] : cqes) PushCqe(qp, cq, c);
+  active_.erase(qp.qpn);
+  if (qp.srq) RaiseQpEvent(qp, device::AsyncEventType::kQpLastWqeReached);
+}
+
 void Engine::PushCqe(Qp& qp, objects::Cq* cq, const objects::Cqe& cqe) {
-  if (!cq->Push(cqe)) {
-    RDMAEMU_WARN_LIMITED("qp#{}: CQ overrun: the completion of WR {} is lost; the CQ is in error",
-                         qp.qpn, cqe.wr_id);
-  }
+  if (cq->Push(cqe)) return;
+  RDMAEMU_WARN_LIMITED("qp#{}: CQ overrun: the completion of WR {} is lost; the CQ is in error "
+                       "(poll it faster or create it with more entries)",
+                       qp.qpn, cqe.wr_id);
+  if (cq->TakeOverrunNotice()) device_->Raise({device::AsyncEventType::kCqErr, cq->handle(), 0});
+  EnterError(qp);
 }
 
 bool Engine::TakeRecv(Qp& qp, RecvWqe* out) {
@@ -439,6 +455,11 @@ void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
           state != QpState::kSqe) {
         counters_.dropped_bad_state.fetch_add(1, std::memory_order_relaxed);
         continue;
+      }
+      // The first packet a QP receives in RTR establishes communication.
+      if (state == QpState::kRtr && !qp->comm_est) {
+        qp->comm_est = true;
+        RaiseQpEvent(*qp, device::AsyncEventType::kCommEst);
       }
       OnRequest(*qp, *packet);
     } else {

@@ -90,7 +90,13 @@ class Engine : public net::LoopHandler {
   void GatherRange(const SendWqe& wqe, uint64_t offset, size_t len, std::vector<uint8_t>& out);
   // Writes data at `offset` into an SGE list (already checked).
   void ScatterRange(const std::vector<Sge>& sges, uint64_t offset, std::span<const uint8_t> data);
+  // Pushes a completion; a full CQ is overrun: CQ_ERR is raised and the QP
+  // goes to ERR (IBA 11.4.2.1), as Linux's soft-RoCE does.
   void PushCqe(Qp& qp, objects::Cq* cq, const objects::Cqe& cqe);
+  // Moves the QP to ERR and flushes it; a QP on an SRQ reports
+  // QP_LAST_WQE_REACHED (IBA 11.6.3.5).
+  void EnterError(Qp& qp);
+  void RaiseQpEvent(Qp& qp, device::AsyncEventType type);
   // Takes the next receive WQE from the QP's SRQ or RQ (raising the SRQ's
   // limit event when it fires); false when there is none.
   bool TakeRecv(Qp& qp, RecvWqe* out);

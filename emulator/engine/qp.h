@@ -123,6 +123,8 @@ struct Qp {
   Clock::time_point rnr_until{};   // sending paused after an RNR NAK until then
   bool rnr_waiting = false;
 
+  bool comm_est = false;         // COMM_EST raised since the QP entered RTR
+
   // Responder.
   uint32_t epsn = 0;             // expected request PSN
   uint32_t msn = 0;              // message sequence number

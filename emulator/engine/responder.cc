@@ -61,12 +61,11 @@ void Engine::ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std:
     PushCqe(qp, qp.recv_cq, c);
   }
   // Invalid requests and access violations are fatal to the responder's QP
-  // (IBA 9.9.2, classes B and C).
-  qp.attrs.state = QpState::kErr;
-  std::vector<std::pair<objects::Cq*, objects::Cqe>> cqes;
-  FlushLocked(qp, cqes);
-  for (auto& [cq, c] : cqes) PushCqe(qp, cq, c);
-  active_.erase(qp.qpn);
+  // and reported by the matching async event (IBA 9.9.2, 11.6.3.1).
+  RaiseQpEvent(qp, code == wire::NakCode::kRemoteAccessError ? device::AsyncEventType::kQpAccessErr
+                   : code == wire::NakCode::kInvalidRequest  ? device::AsyncEventType::kQpReqErr
+                                                             : device::AsyncEventType::kQpFatal);
+  EnterError(qp);
 }
 
 void Engine::AnswerRead(Qp& qp, const ReplayEntry& r, uint32_t from_psn) {

@@ -4,8 +4,15 @@
 
 namespace rdmaemu::objects {
 
-Cq::Cq(uint32_t capacity, Notifier notifier)
-    : ring_(capacity), notifier_(std::move(notifier)) {}
+Cq::Cq(uint32_t capacity, Notifier notifier, uint64_t handle)
+    : ring_(capacity), notifier_(std::move(notifier)), handle_(handle) {}
+
+bool Cq::TakeOverrunNotice() {
+  std::lock_guard lock(mu_);
+  if (!overrun_ || overrun_noticed_) return false;
+  overrun_noticed_ = true;
+  return true;
+}
 
 uint32_t Cq::capacity() const {
   std::lock_guard lock(mu_);

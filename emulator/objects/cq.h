@@ -56,7 +56,10 @@ class Cq {
   using Notifier = std::function<void()>;
 
   // `capacity` CQEs fit; the caller validated the range.
-  Cq(uint32_t capacity, Notifier notifier);
+  // `handle` names the CQ in its CQ_ERR event (the provider's ibv_cq*).
+  Cq(uint32_t capacity, Notifier notifier, uint64_t handle = 0);
+
+  uint64_t handle() const { return handle_; }
 
   uint32_t capacity() const;
 
@@ -76,6 +79,9 @@ class Cq {
   Status Resize(uint32_t new_capacity);
 
   bool overrun() const;
+  // True exactly once, for the first Push that found the CQ full: the caller
+  // raises CQ_ERR then.
+  bool TakeOverrunNotice();
   size_t depth() const;
 
  private:
@@ -87,7 +93,9 @@ class Cq {
   uint64_t tail_ = 0;      // guarded by mu_; next to fill
   ArmState arm_ = ArmState::kDisarmed;  // guarded by mu_
   bool overrun_ = false;                // guarded by mu_
+  bool overrun_noticed_ = false;        // guarded by mu_
   const Notifier notifier_;
+  const uint64_t handle_;
 };
 
 }  // namespace rdmaemu::objects
