@@ -298,8 +298,8 @@ void ResetData(WrBatch& b, WrBatch::Pending& p) {
   p.wr.send_flags = p.app_flags;
 }
 
-void SetSgeList(ibv_qp_ex* q, size_t num_sge, const ibv_sge* sg_list) {
-  WrBatch::Pending* p = Current(q, "ibv_wr_set_sge_list");
+void SetSges(ibv_qp_ex* q, const char* verb, size_t num_sge, const ibv_sge* sg_list) {
+  WrBatch::Pending* p = Current(q, verb);
   if (p == nullptr) return;
   WrBatch& b = BatchOf(q);
   ResetData(b, *p);
@@ -309,17 +309,21 @@ void SetSgeList(ibv_qp_ex* q, size_t num_sge, const ibv_sge* sg_list) {
   if (num_sge <= QpOf(q).qp->caps.max_send_sge) b.sges.insert(b.sges.end(), sg_list, sg_list + num_sge);
 }
 
+void SetSgeList(ibv_qp_ex* q, size_t num_sge, const ibv_sge* sg_list) {
+  SetSges(q, "ibv_wr_set_sge_list", num_sge, sg_list);
+}
+
 void SetSge(ibv_qp_ex* q, uint32_t lkey, uint64_t addr, uint32_t length) {
   const ibv_sge sge{addr, length, lkey};
-  SetSgeList(q, 1, &sge);
+  SetSges(q, "ibv_wr_set_sge", 1, &sge);
 }
 
 // Copies the data now; the WR gets one SGE over the copy (its address an
 // offset into inline_bytes until wr_complete) and IBV_SEND_INLINE, so that
 // BuildSendWqe applies the inline rules of ibv_post_send (max_inline_data,
 // not on RDMA READ or atomics).
-void SetInlineDataList(ibv_qp_ex* q, size_t num_buf, const ibv_data_buf* buf_list) {
-  WrBatch::Pending* p = Current(q, "ibv_wr_set_inline_data_list");
+void SetInline(ibv_qp_ex* q, const char* verb, size_t num_buf, const ibv_data_buf* buf_list) {
+  WrBatch::Pending* p = Current(q, verb);
   if (p == nullptr) return;
   WrBatch& b = BatchOf(q);
   ResetData(b, *p);
@@ -342,9 +346,13 @@ void SetInlineDataList(ibv_qp_ex* q, size_t num_buf, const ibv_data_buf* buf_lis
   p->wr.num_sge = 1;
 }
 
+void SetInlineDataList(ibv_qp_ex* q, size_t num_buf, const ibv_data_buf* buf_list) {
+  SetInline(q, "ibv_wr_set_inline_data_list", num_buf, buf_list);
+}
+
 void SetInlineData(ibv_qp_ex* q, void* addr, size_t length) {
   const ibv_data_buf buf{addr, length};
-  SetInlineDataList(q, 1, &buf);
+  SetInline(q, "ibv_wr_set_inline_data", 1, &buf);
 }
 
 // ---- start, complete, abort -------------------------------------------------
