@@ -448,7 +448,10 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
     t.rnr_retry = qp->attrs.rnr_retry;
     t.min_rnr_timer = qp->attrs.min_rnr_timer;
     t.max_rd_atomic = qp->attrs.max_rd_atomic;
-    if (mask & IBV_QP_SQ_PSN) eqp.next_send_psn = qp->attrs.sq_psn;
+    if (mask & IBV_QP_SQ_PSN) {
+      eqp.next_send_psn = qp->attrs.sq_psn;
+      eqp.last_acked_psn = (qp->attrs.sq_psn - 1) & 0xffffff;
+    }
     if (mask & IBV_QP_RQ_PSN) eqp.epsn = qp->attrs.rq_psn;
     if (qp->attrs.state == objects::QpState::kReset) {
       // Back to the state of a new QP: every queue and transport context emptied.

@@ -69,7 +69,13 @@ void Engine::FailQp(Qp& qp, objects::WcStatus status, const std::string& why) {
 }
 
 void Engine::AckUpTo(Qp& qp, uint32_t psn, Clock::time_point now) {
+  // Never past what was sent: a stray ACK must not open the window.
   bool progress = false;
+  if (wire::PsnDiff(psn, qp.last_acked_psn) > 0 &&
+      wire::PsnDiff(psn, wire::PsnAdd(qp.next_send_psn, -1)) <= 0) {
+    qp.last_acked_psn = psn;
+    progress = true;
+  }
   while (!qp.inflight.empty()) {
     Inflight& f = qp.inflight.front();
     if (f.packets == 0) {

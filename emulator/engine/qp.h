@@ -116,6 +116,7 @@ struct Qp {
 
   // Requester and completer.
   uint32_t next_send_psn = 0;    // the PSN the next new request gets
+  uint32_t last_acked_psn = 0;   // the newest PSN the responder acknowledged
   std::deque<Inflight> inflight; // started, not yet completed, in PSN order
   uint8_t retries_left = 0;
   uint8_t rnr_retries_left = 0;

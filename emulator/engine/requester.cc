@@ -16,8 +16,11 @@
 namespace rdmaemu::engine {
 namespace {
 
-// Requests in flight at most, as rxe's RXE_MAX_UNACKED_PSNS.
-constexpr int32_t kMaxUnackedPsns = 128;
+// PSNs in flight beyond the last acknowledged one. Long messages ask for an
+// ACK every kPacketsPerAck packets (as rxe does), so the window slides
+// within a message too.
+constexpr int32_t kMaxUnackedPsns = 512;
+constexpr uint32_t kPacketsPerAck = 64;
 
 bool IsReadOrAtomic(SendOp op) {
   return op == SendOp::kRdmaRead || op == SendOp::kCompareSwap || op == SendOp::kFetchAdd;
@@ -64,9 +67,11 @@ void Engine::Progress(Qp& qp, Clock::time_point now) {
     if (f.packets == 0) break;  // a WQE that failed locally: nothing after it goes out
     const uint32_t last = LastRequestPsn(f);
     while (wire::PsnDiff(f.next_psn, last) <= 0) {
+      if (qp.type == QpType::kRc && wire::PsnDiff(f.next_psn, qp.last_acked_psn) > kMaxUnackedPsns) break;
       SendRequest(qp, f, f.next_psn);
       f.next_psn = wire::PsnNext(f.next_psn);
     }
+    if (wire::PsnDiff(f.next_psn, last) <= 0) break;  // the window is full
     f.sent = true;
   }
   // UC has no acknowledgements: a message is complete once sent.
@@ -94,8 +99,8 @@ void Engine::AdmitWqes(Qp& qp, Clock::time_point now) {
     // A fenced WQE waits for every earlier READ and atomic (IBA 10.8.3.3).
     if (w.fence && outstanding_rd > 0) break;
     if (rd && outstanding_rd >= std::max<int>(1, qp.attrs.max_rd_atomic)) break;
-    if (!qp.inflight.empty() &&
-        wire::PsnDiff(qp.next_send_psn, qp.inflight.front().first_psn) >= kMaxUnackedPsns) {
+    // UC has no acknowledgements and so no window.
+    if (qp.type == QpType::kRc && wire::PsnDiff(qp.next_send_psn, qp.last_acked_psn) > kMaxUnackedPsns) {
       break;
     }
     if (qp.inflight.empty()) {
@@ -177,7 +182,7 @@ void Engine::SendRequest(Qp& qp, Inflight& f, uint32_t psn) {
         p.bth.solicited = last && w.solicited;
       }
       p.opcode = OnTransport(qp.type, op);
-      p.bth.ack_req = last && qp.type == QpType::kRc;
+      p.bth.ack_req = qp.type == QpType::kRc && (last || (index + 1) % kPacketsPerAck == 0);
       p.reth = {w.remote_addr, w.rkey, static_cast<uint32_t>(w.length)};
       p.imm = ntohl(w.imm_data);
       p.invalidate_rkey = w.invalidate_rkey;

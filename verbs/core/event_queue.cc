@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -54,13 +55,17 @@ int EventQueue::Get(ibv_async_event* event) {
 }
 
 void EventQueue::TakeBackCount() {
-  // The application may have left the fd blocking; make this one read
-  // non-blocking. EAGAIN means a reader already holds the count and will
-  // find the queue shorter and wait again.
+  // A non-blocking read of this one call, whatever the fd's flags: readers
+  // blocked in Get are not disturbed. EAGAIN means a reader already holds
+  // the count and will find the queue shorter and wait again.
+  uint64_t count;
+  iovec iov{&count, sizeof count};
+  if (::preadv2(fd_, &iov, 1, -1, RWF_NOWAIT) >= 0 || errno != EOPNOTSUPP) return;
+  // Kernels without RWF_NOWAIT on eventfds: briefly make the file
+  // non-blocking (a concurrent blocking reader may then see EAGAIN).
   int flags = ::fcntl(fd_, F_GETFL);
   bool toggled = flags >= 0 && !(flags & O_NONBLOCK);
   if (toggled) ::fcntl(fd_, F_SETFL, flags | O_NONBLOCK);
-  uint64_t count;
   (void)!::read(fd_, &count, sizeof count);
   if (toggled) ::fcntl(fd_, F_SETFL, flags);
 }

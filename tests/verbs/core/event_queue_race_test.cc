@@ -1,10 +1,6 @@
-// BUG demonstration (see BUILD.bazel): EventQueue::Discard makes the fd
-// non-blocking for a moment (TakeBackCount toggles O_NONBLOCK with fcntl on
-// the shared open file). A reader thread that enters read() during that
-// window on a fd the application left blocking gets EAGAIN, so a blocking
-// ibv_get_cq_event / ibv_get_async_event fails spuriously with EAGAIN while
-// another thread destroys a CQ/QP. (Symmetrically, an application that sets
-// O_NONBLOCK concurrently can have its flag reverted by the restore.)
+// A blocking ibv_get_cq_event / ibv_get_async_event must never fail with
+// EAGAIN while another thread discards events (destroying a CQ or QP): the
+// discard takes its counts back without touching the fd's flags.
 #include <fcntl.h>
 
 #include <atomic>
