@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Debian's unmodified perftest binaries (linked against libmlx5, libefa and
+# librdmacm too) between two processes on the emulator, on both engines.
+#   perftest_test.sh LIBIBVERBS
+set -u
+lib_src="$1"
+libdir=$(mktemp -d)
+trap 'rm -rf "$libdir"' EXIT
+cp "$lib_src" "$libdir/libibverbs.so.1"
+
+failures=0
+port=$(( 20000 + RANDOM % 20000 ))
+run() {  # engine, program, args...
+  local engine="$1" program="$2"
+  shift 2
+  if ! command -v "$program" >/dev/null; then
+    echo "FAIL: $program is not installed (tools/setup installs perftest)"; failures=$((failures + 1)); return
+  fi
+  port=$(( port + 1 ))
+  local log="$libdir/server.$port.log"
+  RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 60 \
+    "$program" -d emu0 -x 0 -p "$port" "$@" >"$log" 2>&1 &
+  local server=$!
+  sleep 0.5
+  local out
+  out=$(RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 60 \
+    "$program" -d emu0 -x 0 -p "$port" "$@" 127.0.0.1 2>&1)
+  local client_rc=$?
+  wait "$server"
+  local server_rc=$?
+  # The result table's data line starts with the message size in bytes.
+  if [ $client_rc -ne 0 ] || [ $server_rc -ne 0 ] || ! grep -qE '^ *[0-9]+ +[0-9]+ ' <<<"$out"; then
+    echo "FAIL: $program engine=$engine $* (client $client_rc, server $server_rc)"
+    echo "--- client:"; echo "$out"; echo "--- server:"; cat "$log"
+    failures=$((failures + 1))
+  else
+    echo "ok: $program engine=$engine $*: $(grep -E '^ *[0-9]+ +[0-9]+ ' <<<"$out" | tail -1 | tr -s ' ')"
+  fi
+}
+
+for engine in uring epoll; do
+  run "$engine" ib_send_bw -n 500 -s 65536
+  run "$engine" ib_write_bw -n 500 -s 65536
+  run "$engine" ib_read_bw -n 500 -s 65536
+  run "$engine" ib_atomic_bw -n 500
+  run "$engine" ib_send_lat -n 500
+  run "$engine" ib_write_lat -n 500
+  run "$engine" ib_read_lat -n 500
+done
+[ $failures -eq 0 ] && echo PASS || echo "$failures failure(s)"
+exit $(( failures > 0 ))
