@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# tools/bench as a user runs it, briefly (--time 1): every row of the table
+# is there, for the kernel and both engines, and no run FAILED. No timing
+# is checked: the targets are goals, and a loaded machine misses them.
+#   bench_test.sh BENCH RDMAEMU LIBIBVERBS
+set -u
+bench="$1" rdmaemu="$2" lib="$3"
+for p in qperf ib_send_bw ibv_rc_pingpong; do
+  command -v "$p" >/dev/null || { echo "SKIP: $p is not installed (tools/setup)"; exit 0; }
+done
+out="${TEST_TMPDIR:-$(mktemp -d)}/bench.out"
+"$bench" --no-build --rdmaemu "$rdmaemu" --lib "$(dirname "$lib")" --time 1 >"$out" 2>&1
+rc=$?
+cat "$out"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+(( rc == 0 )) || fail "tools/bench exited $rc"
+grep -qE "^[a-z_]+ +[a-z]+ +FAILED" "$out" && fail "a row FAILED"
+for row in tcp_bw udp_bw tcp_lat udp_lat; do
+  grep -qE "^$row +kernel +[0-9.]+ " "$out" || fail "no kernel row $row with a result"
+done
+for engine in uring epoll; do
+  for row in rc_bw rc_lat rc_rdma_write_bw rc_rdma_read_bw rc_lat_events uc_bw ud_bw ud_lat \
+             rc_compare_swap_mr rc_fetch_add_mr rc_rdma_write_lat rc_rdma_read_lat idle_cpu; do
+    grep -qE "^$row +$engine +[0-9.]+ " "$out" || fail "no $engine row $row with a result"
+  done
+  for ratio in "rc_bw / tcp_bw" "rc_lat / udp_lat" "idle CPU %"; do
+    grep -qE "^$ratio +$engine +[0-9.]+ .*(PASS|MISS)" "$out" || fail "no $engine ratio '$ratio'"
+  done
+done
+grep -qE '^machine: [0-9]+ CPUs' "$out" || fail "no machine line"
+(( failures == 0 )) && echo PASS || echo "$failures failure(s)"
+exit $(( failures > 0 ))
