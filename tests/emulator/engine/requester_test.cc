@@ -1,0 +1,347 @@
+// The RC requester and completer against a fake responder: a UDP socket in
+// the test that reads the engine's requests and answers with crafted ACKs,
+// NAKs and read responses (issue 3, item 5).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "emulator/engine/engine.h"
+#include "emulator/wire/psn.h"
+#include "tests/emulator/engine/fake_peer.h"
+
+namespace rdmaemu::testing {
+namespace {
+
+using wire::NakCode;
+using wire::Opcode;
+using Clock = std::chrono::steady_clock;
+
+class RequesterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(emu_.ok());
+    peer_ = std::make_unique<FakePeer>(emu_.ip(), emu_.udp_port());
+    ASSERT_TRUE(peer_->ok()) << "cannot bind the fake peer";
+    buf_ = emu_.Register(16384, IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(buf_, nullptr);
+    for (size_t i = 0; i < buf_->data.size(); ++i) buf_->data[i] = static_cast<uint8_t>(i * 13);
+  }
+
+  // The next request packet; fails the test if none comes.
+  RxPacket NextRequest(std::chrono::milliseconds timeout = 2000ms) {
+    auto rx = peer_->Receive(timeout);
+    EXPECT_TRUE(rx.has_value()) << "no request from the engine";
+    if (!rx) return {};
+    EXPECT_TRUE(rx->icrc_ok);
+    EXPECT_EQ(rx->dest_qpn, kPeerQpn);
+    return *rx;
+  }
+
+  void Ack(ibv_qp* qp, uint32_t psn, uint8_t syndrome = wire::AckSyndrome(), uint32_t msn = 0) {
+    peer_->Send(FakePeer::Ack(qp->qp_num, psn, syndrome, msn));
+  }
+
+  EmuRc emu_;
+  std::unique_ptr<FakePeer> peer_;
+  EmuRc::Buffer* buf_ = nullptr;
+};
+
+TEST_F(RequesterTest, RnrNakIsRetriedAfterTheRnrDelay) {
+  RcParams p;
+  p.rnr_retry = 3;
+  ibv_qp* qp = emu_.ConnectedQp(p);
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(emu_.PostSend(qp, 1, IBV_WR_SEND, *buf_, 0, 32), 0);
+  RxPacket rx = NextRequest();
+  ASSERT_EQ(rx.psn, 500u);
+  // Timer code 18: 5.12 ms.
+  const auto nak_at = Clock::now();
+  Ack(qp, 500, wire::RnrNakSyndrome(18));
+  rx = NextRequest();
+  const auto retry_at = Clock::now();
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(rx.psn, 500u);
+  EXPECT_EQ(rx.opcode, Opcode::RC_SEND_ONLY);
+  EXPECT_GE(retry_at - nak_at, 4ms) << "retried before the RNR delay";
+  EXPECT_TRUE(emu_.PollAll(5ms).empty()) << "an RNR NAK must not complete the WR";
+  // A second RNR NAK, then the peer has a receive.
+  Ack(qp, 500, wire::RnrNakSyndrome(1));
+  rx = NextRequest();
+  EXPECT_EQ(rx.psn, 500u);
+  Ack(qp, 500, wire::AckSyndrome(), 1);
+  auto wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->wr_id, 1u);
+  EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc->opcode, IBV_WC_SEND);
+  EXPECT_EQ(emu_.State(qp), IBV_QPS_RTS);
+}
+
+TEST_F(RequesterTest, RnrRetryZeroFailsOnTheFirstRnrNak) {
+  RcParams p;
+  p.rnr_retry = 0;
+  ibv_qp* qp = emu_.ConnectedQp(p);
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(emu_.PostSend(qp, 1, IBV_WR_SEND, *buf_, 0, 32), 0);
+  ASSERT_EQ(emu_.PostSend(qp, 2, IBV_WR_SEND, *buf_, 32, 32), 0);
+  EXPECT_EQ(NextRequest().psn, 500u);
+  EXPECT_EQ(NextRequest().psn, 501u);
+  Ack(qp, 500, wire::RnrNakSyndrome(1));
+  auto wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->wr_id, 1u);
+  EXPECT_EQ(wc->status, IBV_WC_RNR_RETRY_EXC_ERR);
+  wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->wr_id, 2u);
+  EXPECT_EQ(wc->status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_FALSE(peer_->Receive(100ms).has_value()) << "retried with rnr_retry 0";
+  EXPECT_EQ(emu_.State(qp), IBV_QPS_ERR);
+}
+
+TEST_F(RequesterTest, RnrNakImplicitlyAcknowledgesEarlierPsns) {
+  RcParams p;
+  p.rnr_retry = 7;
+  ibv_qp* qp = emu_.ConnectedQp(p);
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(emu_.PostSend(qp, 1, IBV_WR_SEND, *buf_, 0, 32), 0);
+  ASSERT_EQ(emu_.PostSend(qp, 2, IBV_WR_SEND, *buf_, 32, 32), 0);
+  EXPECT_EQ(NextRequest().psn, 500u);
+  EXPECT_EQ(NextRequest().psn, 501u);
+  Ack(qp, 501, wire::RnrNakSyndrome(1));  // 500 arrived; 501 found no receive
+  auto wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->wr_id, 1u);
+  EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+  RxPacket rx = NextRequest();
+  EXPECT_EQ(rx.psn, 501u) << "only the RNR-NAKed PSN is resent";
+  Ack(qp, 501);
+  wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->wr_id, 2u);
+  EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+}
+
+TEST_F(RequesterTest, SequenceNakRetransmitsFromThatPsn) {
+  ibv_qp* qp = emu_.ConnectedQp();
+  ASSERT_NE(qp, nullptr);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(emu_.PostSend(qp, 1 + i, IBV_WR_SEND, *buf_, i * 100, 100), 0);
+  for (uint32_t psn = 500; psn <= 502; ++psn) EXPECT_EQ(NextRequest().psn, psn);
+  // 500 arrived, 501 was lost.
+  Ack(qp, 501, wire::NakSyndrome(NakCode::kPsnSequenceError));
+  for (uint32_t psn = 501; psn <= 502; ++psn) {
+    RxPacket rx = NextRequest();
+    EXPECT_EQ(rx.psn, psn);
+    EXPECT_EQ(rx.opcode, Opcode::RC_SEND_ONLY);
+    ASSERT_EQ(rx.payload.size(), 100u);
+    EXPECT_EQ(std::memcmp(rx.payload.data(), buf_->data.data() + (psn - 500) * 100, 100), 0)
+        << "a retransmission must carry the same bytes";
+  }
+  EXPECT_FALSE(peer_->Receive(50ms).has_value());
+  Ack(qp, 502);
+  for (int i = 0; i < 3; ++i) {
+    auto wc = emu_.Poll();
+    ASSERT_TRUE(wc.has_value());
+    EXPECT_EQ(wc->wr_id, 1u + i);
+    EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+  }
+}
+
+TEST_F(RequesterTest, MultiPacketSendIsSegmentedAndRetransmittedFromTheNakedPsn) {
+  ibv_qp* qp = emu_.ConnectedQp();
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(emu_.PostSend(qp, 1, IBV_WR_SEND, *buf_, 0, 2500), 0);
+  const Opcode ops[] = {Opcode::RC_SEND_FIRST, Opcode::RC_SEND_MIDDLE, Opcode::RC_SEND_LAST};
+  for (uint32_t i = 0; i < 3; ++i) {
+    RxPacket rx = NextRequest();
+    EXPECT_EQ(rx.psn, 500 + i);
+    EXPECT_EQ(rx.opcode, ops[i]);
+    EXPECT_EQ(rx.ack_req, i == 2);
+    EXPECT_EQ(rx.payload.size(), i == 2 ? 452u : 1024u);
+  }
+  Ack(qp, 501, wire::NakSyndrome(NakCode::kPsnSequenceError));
+  RxPacket rx = NextRequest();
+  EXPECT_EQ(rx.psn, 501u);
+  EXPECT_EQ(rx.opcode, Opcode::RC_SEND_MIDDLE);
+  EXPECT_EQ(NextRequest().psn, 502u);
+  EXPECT_TRUE(emu_.PollAll(5ms).empty());
+  Ack(qp, 502);
+  auto wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc->byte_len, 2500u);
+}
+
+TEST_F(RequesterTest, RemoteAccessNakCompletesWithRemAccessErr) {
+  ibv_qp* qp = emu_.ConnectedQp();
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(emu_.PostSend(qp, 1, IBV_WR_RDMA_WRITE, *buf_, 0, 64, 0x10000, 0x1234), 0);
+  ASSERT_EQ(emu_.PostSend(qp, 2, IBV_WR_SEND, *buf_, 0, 8), 0);
+  RxPacket rx = NextRequest();
+  EXPECT_EQ(rx.opcode, Opcode::RC_RDMA_WRITE_ONLY);
+  EXPECT_EQ(rx.psn, 500u);
+  ASSERT_TRUE(rx.has_reth);
+  EXPECT_EQ(rx.reth_va, 0x10000u);
+  EXPECT_EQ(rx.reth_rkey, 0x1234u);
+  EXPECT_EQ(rx.reth_length, 64u);
+  NextRequest();
+  Ack(qp, 500, wire::NakSyndrome(NakCode::kRemoteAccessError));
+  auto wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->wr_id, 1u);
+  EXPECT_EQ(wc->status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(wc->opcode, IBV_WC_RDMA_WRITE);
+  wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->wr_id, 2u);
+  EXPECT_EQ(wc->status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(emu_.State(qp), IBV_QPS_ERR);
+}
+
+TEST_F(RequesterTest, InvalidRequestNakCompletesWithRemInvReqErr) {
+  ibv_qp* qp = emu_.ConnectedQp();
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(emu_.PostSend(qp, 1, IBV_WR_SEND, *buf_, 0, 64), 0);
+  EXPECT_EQ(NextRequest().psn, 500u);
+  Ack(qp, 500, wire::NakSyndrome(NakCode::kInvalidRequest));
+  auto wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->wr_id, 1u);
+  EXPECT_EQ(wc->status, IBV_WC_REM_INV_REQ_ERR);
+  EXPECT_EQ(emu_.State(qp), IBV_QPS_ERR);
+}
+
+TEST_F(RequesterTest, RemoteOperationalNakCompletesWithRemOpErr) {
+  ibv_qp* qp = emu_.ConnectedQp();
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(emu_.PostSend(qp, 1, IBV_WR_SEND, *buf_, 0, 64), 0);
+  EXPECT_EQ(NextRequest().psn, 500u);
+  Ack(qp, 500, wire::NakSyndrome(NakCode::kRemoteOperationalError));
+  auto wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->status, IBV_WC_REM_OP_ERR);
+  EXPECT_EQ(emu_.State(qp), IBV_QPS_ERR);
+}
+
+TEST_F(RequesterTest, OneAckForTheLastOfSeveralSendsCompletesThemAllInOrder) {
+  ibv_qp* qp = emu_.ConnectedQp();
+  ASSERT_NE(qp, nullptr);
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(emu_.PostSend(qp, 10 + i, IBV_WR_SEND, *buf_, i * 16, 16), 0);
+  for (uint32_t psn = 500; psn <= 504; ++psn) EXPECT_EQ(NextRequest().psn, psn);
+  EXPECT_TRUE(emu_.PollAll(20ms).empty()) << "completed before any ACK";
+  Ack(qp, 504);
+  for (int i = 0; i < 5; ++i) {
+    auto wc = emu_.Poll();
+    ASSERT_TRUE(wc.has_value());
+    EXPECT_EQ(wc->wr_id, 10u + i);
+    EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc->opcode, IBV_WC_SEND);
+  }
+  // A stale (duplicate) ACK changes nothing.
+  Ack(qp, 502);
+  EXPECT_TRUE(emu_.PollAll(20ms).empty());
+  EXPECT_EQ(emu_.State(qp), IBV_QPS_RTS);
+}
+
+TEST_F(RequesterTest, PartialAckCompletesOnlyTheAcknowledgedSends) {
+  ibv_qp* qp = emu_.ConnectedQp();
+  ASSERT_NE(qp, nullptr);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(emu_.PostSend(qp, 10 + i, IBV_WR_SEND, *buf_, i * 16, 16), 0);
+  for (uint32_t psn = 500; psn <= 503; ++psn) EXPECT_EQ(NextRequest().psn, psn);
+  Ack(qp, 501);
+  auto wcs = emu_.PollAll(50ms);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, 10u);
+  EXPECT_EQ(wcs[1].wr_id, 11u);
+  Ack(qp, 503);
+  wcs = emu_.PollAll(50ms);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, 12u);
+  EXPECT_EQ(wcs[1].wr_id, 13u);
+}
+
+TEST_F(RequesterTest, RdmaReadResponsesLandInTheLocalBufferAndComplete) {
+  ibv_qp* qp = emu_.ConnectedQp();
+  ASSERT_NE(qp, nullptr);
+  std::fill(buf_->data.begin() + 4096, buf_->data.begin() + 8192, 0);
+  ASSERT_EQ(emu_.PostSend(qp, 77, IBV_WR_RDMA_READ, *buf_, 4096, 2500, 0x7000, 0x4321), 0);
+  RxPacket rx = NextRequest();
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(rx.opcode, Opcode::RC_RDMA_READ_REQUEST);
+  EXPECT_EQ(rx.psn, 500u);
+  ASSERT_TRUE(rx.has_reth);
+  EXPECT_EQ(rx.reth_va, 0x7000u);
+  EXPECT_EQ(rx.reth_rkey, 0x4321u);
+  EXPECT_EQ(rx.reth_length, 2500u);
+  EXPECT_TRUE(rx.payload.empty());
+
+  std::vector<uint8_t> remote(2500);
+  for (size_t i = 0; i < remote.size(); ++i) remote[i] = static_cast<uint8_t>(0xa0 ^ (i * 5));
+  std::span<const uint8_t> r(remote);
+  wire::PacketFields f;
+  f.bth.dest_qpn = qp->qp_num;
+  f.aeth.syndrome = wire::AckSyndrome();
+  f.opcode = Opcode::RC_RDMA_READ_RESPONSE_FIRST;
+  f.bth.psn = 500;
+  peer_->Send(f, r.subspan(0, 1024));
+  f.opcode = Opcode::RC_RDMA_READ_RESPONSE_MIDDLE;
+  f.bth.psn = 501;
+  peer_->Send(f, r.subspan(1024, 1024));
+  EXPECT_TRUE(emu_.PollAll(10ms).empty());
+  f.opcode = Opcode::RC_RDMA_READ_RESPONSE_LAST;
+  f.bth.psn = 502;
+  peer_->Send(f, r.subspan(2048));
+  auto wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->wr_id, 77u);
+  EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc->opcode, IBV_WC_RDMA_READ);
+  EXPECT_EQ(wc->byte_len, 2500u);
+  EXPECT_EQ(std::memcmp(buf_->data.data() + 4096, remote.data(), remote.size()), 0);
+  EXPECT_EQ(buf_->data[4096 + 2500], 0);
+
+  // The read took PSNs 500-502: the next request is 503.
+  ASSERT_EQ(emu_.PostSend(qp, 78, IBV_WR_SEND, *buf_, 0, 8), 0);
+  EXPECT_EQ(NextRequest().psn, 503u);
+  Ack(qp, 503);
+  wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->wr_id, 78u);
+}
+
+TEST_F(RequesterTest, LostReadResponseIsRequestedAgainForWhatIsMissing) {
+  RcParams p;
+  p.timeout = 10;
+  p.retry_cnt = 7;
+  ibv_qp* qp = emu_.ConnectedQp(p);
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(emu_.PostSend(qp, 5, IBV_WR_RDMA_READ, *buf_, 4096, 2048, 0x9000, 0x55), 0);
+  RxPacket rx = NextRequest();
+  EXPECT_EQ(rx.psn, 500u);
+  std::vector<uint8_t> remote(2048, 0xc3);
+  wire::PacketFields f;
+  f.bth.dest_qpn = qp->qp_num;
+  f.opcode = Opcode::RC_RDMA_READ_RESPONSE_FIRST;
+  f.bth.psn = 500;
+  peer_->Send(f, std::span<const uint8_t>(remote).first(1024));
+  // LAST is lost: after the timeout the engine asks for the rest only.
+  rx = NextRequest();
+  EXPECT_EQ(rx.opcode, Opcode::RC_RDMA_READ_REQUEST);
+  EXPECT_EQ(rx.psn, 501u);
+  EXPECT_EQ(rx.reth_va, 0x9000u + 1024);
+  EXPECT_EQ(rx.reth_length, 1024u);
+  f.opcode = Opcode::RC_RDMA_READ_RESPONSE_ONLY;
+  f.bth.psn = 501;
+  peer_->Send(f, std::span<const uint8_t>(remote).subspan(1024));
+  auto wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc->opcode, IBV_WC_RDMA_READ);
+  EXPECT_TRUE(std::all_of(buf_->data.begin() + 4096, buf_->data.begin() + 4096 + 2048,
+                          [](uint8_t c) { return c == 0xc3; }));
+}
+
+}  // namespace
+}  // namespace rdmaemu::testing
