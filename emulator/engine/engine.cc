@@ -199,18 +199,21 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
       Progress(*qp, now);
     }
   }
+  // Iterate over a snapshot: a QP that fails here (retries exhausted)
+  // leaves active_ from inside CheckTimers.
   std::optional<Clock::time_point> next;
-  for (auto it = active_.begin(); it != active_.end();) {
-    auto qp = FindQp(*it);
+  const std::vector<uint32_t> active(active_.begin(), active_.end());
+  for (uint32_t qpn : active) {
+    auto qp = FindQp(qpn);
     if (!qp) {
-      it = active_.erase(it);
+      active_.erase(qpn);
       continue;
     }
     std::lock_guard lock(qp->mu);
     CheckTimers(*qp, now);
     Progress(*qp, now);
     if (qp->inflight.empty() && (qp->sq.empty() || qp->attrs.state != QpState::kRts)) {
-      it = active_.erase(it);
+      active_.erase(qpn);
       continue;
     }
     if (qp->rnr_waiting) {
@@ -218,7 +221,6 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
     } else if (!qp->inflight.empty() && qp->attrs.timeout != 0) {
       if (!next || qp->timeout_at < *next) next = qp->timeout_at;
     }
-    ++it;
   }
   return next;
 }
