@@ -420,10 +420,14 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
   SyncEngineState(*qp);
   Status s = objects::CheckModify(qp->type, qp->attrs, requested, static_cast<uint32_t>(mask), limits);
   uint32_t dest_ip = 0;
-  if (s.ok() && (mask & IBV_QP_AV) && requested.ah_attr.has_grh &&
-      !Ipv4FromGid(requested.ah_attr.dgid, &dest_ip)) {
-    s = InvalidArgument("the destination GID is not an IPv4-mapped RoCE v2 GID; "
-                        "this device reaches IPv4 hosts only");
+  if (s.ok() && (mask & IBV_QP_AV)) {
+    if (!requested.ah_attr.has_grh) {
+      // Reaches here only on an InfiniBand port: CheckModify refuses RoCE AVs without a GRH.
+      dest_ip = dev.LidAddress(port, requested.ah_attr.dlid);
+    } else if (!Ipv4FromGid(requested.ah_attr.dgid, &dest_ip)) {
+      s = InvalidArgument("the destination GID is not an IPv4-mapped RoCE v2 GID; "
+                          "this device reaches IPv4 hosts only");
+    }
   }
   if (!s.ok()) {
     Log().warn("ibv_modify_qp qp#{}: {}", ibv->qp_num, s.message());
@@ -557,7 +561,7 @@ Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr) {
     Log().warn("ibv_create_ah: sgid_index {} is outside the GID table", attr.grh.sgid_index);
     return InvalidArgument("sgid_index");
   }
-  uint32_t ip = 0;
+  uint32_t ip = attr.is_global ? 0 : dev.LidAddress(attr.port_num, attr.dlid);
   if (attr.is_global && !Ipv4FromGid(attr.grh.dgid.raw, &ip)) {
     Log().warn("ibv_create_ah: the destination GID is not an IPv4-mapped RoCE v2 GID; this "
                "device reaches IPv4 hosts only");

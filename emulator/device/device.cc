@@ -102,6 +102,17 @@ Result<std::shared_ptr<Device>> Device::Open(const DeviceConfig& config, int ind
     port.attr.width = pc.width;
     port.attr.speed = pc.speed;
     port.attr.lid = pc.lid;
+    if (pc.link_layer == LinkLayer::kInfiniBand && pc.lid == 0) {
+      // The emulated subnet manager gives an InfiniBand port the LID of its
+      // address's low 16 bits, so a LID-routed packet (no GRH) finds its host
+      // as LidAddress() below shows.
+      port.attr.lid = static_cast<uint16_t>(ntohl(port.bound.sin_addr.s_addr) & 0xffff);
+      if (port.attr.lid == 0 || port.attr.lid >= 0xc000) {
+        return InvalidArgument(fmt::format(
+            "{} port {}: address {} gives no unicast LID; set lid= or another address",
+            config.name, i + 1, net::ToString(port.bound.sin_addr)));
+      }
+    }
     port.attr.sm_lid = pc.link_layer == LinkLayer::kInfiniBand ? 1 : 0;
     port.gids[0] = Gid::FromIpv4(port.bound.sin_addr);
     Log().info("{} port {}: bound {}", config.name, i + 1, net::ToString(port.bound));
@@ -111,6 +122,11 @@ Result<std::shared_ptr<Device>> Device::Open(const DeviceConfig& config, int ind
 }
 
 sockaddr_in Device::PortAddress(int port) const { return ports_.at(port - 1).bound; }
+
+uint32_t Device::LidAddress(int port, uint16_t lid) const {
+  uint32_t own = ntohl(ports_.at(port - 1).bound.sin_addr.s_addr);
+  return htonl((own & 0xffff0000u) | lid);
+}
 
 Result<net::UdpSocket> Device::TakeSocket(int port) {
   std::lock_guard lock(mu_);

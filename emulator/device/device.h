@@ -87,6 +87,10 @@ class Device {
 
   // The address a port's socket is bound to (network order inside in_addr).
   sockaddr_in PortAddress(int port) const;
+  // Where a LID-routed packet (InfiniBand link layer, no GRH) goes: the host
+  // whose address shares this port's upper 16 bits and has the LID as its
+  // lower 16 (network order).
+  uint32_t LidAddress(int port, uint16_t lid) const;
 
   PortAttr QueryPort(int port) const;
   // ENODATA for an empty entry, EINVAL for a bad port or index.
