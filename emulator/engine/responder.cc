@@ -222,14 +222,10 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
       PushCqe(qp, qp.recv_cq, c);
     }
   } else if (is_write) {
-    if (rc && !(qp.attrs.access & kQpRemoteWrite)) {
+    if (!(qp.attrs.access & kQpRemoteWrite)) {
       ResponderError(qp, wire::NakCode::kInvalidRequest, psn,
                      "an RDMA WRITE arrived but the QP does not allow remote writes "
                      "(IBV_ACCESS_REMOTE_WRITE in qp_access_flags)");
-      return;
-    }
-    if (!rc && !(qp.attrs.access & kQpRemoteWrite)) {
-      ResponderError(qp, wire::NakCode::kInvalidRequest, psn, "the QP does not allow remote writes");
       return;
     }
     if (packet.Has(wire::kFirstMask)) {
