@@ -209,6 +209,64 @@ void InstallOps(verbs_context* vctx) {
   InstallSrqOps(vctx);
 }
 
+int SetPortState(ibv_context* context, uint8_t port, ibv_port_state state) {
+  device::Device& dev = *ToContext(context)->device;
+  if (state != IBV_PORT_DOWN && state != IBV_PORT_ACTIVE) {
+    Log().warn("rdmaemu_set_port_state: state {} is neither IBV_PORT_DOWN nor IBV_PORT_ACTIVE",
+               static_cast<int>(state));
+    return EINVAL;
+  }
+  Status s = dev.SetPortState(port, state == IBV_PORT_ACTIVE ? device::PortState::kActive
+                                                             : device::PortState::kDown);
+  if (!s.ok()) Log().warn("rdmaemu_set_port_state: {}", s.message());
+  return s.code();
+}
+
+int RaiseAsyncEvent(ibv_context* context, const ibv_async_event& event) {
+  using T = device::AsyncEventType;
+  const int type = static_cast<int>(event.event_type);
+  if (type < 0 || type > static_cast<int>(T::kDeviceSpeedChange)) {
+    Log().warn("rdmaemu_raise_async_event: {} is not an async event type", type);
+    return EINVAL;
+  }
+  device::AsyncEvent e{static_cast<T>(type)};
+  device::Device& dev = *ToContext(context)->device;
+  const void* object = nullptr;
+  ibv_context* owner = nullptr;
+  switch (e.type) {
+    case T::kCqErr:
+      object = event.element.cq;
+      owner = event.element.cq ? event.element.cq->context : nullptr;
+      break;
+    case T::kSrqErr: case T::kSrqLimitReached:
+      object = event.element.srq;
+      owner = event.element.srq ? event.element.srq->context : nullptr;
+      break;
+    case T::kWqFatal:
+      Log().warn("rdmaemu_raise_async_event: WQs are not supported, so no WQ can get WQ_FATAL");
+      return EINVAL;
+    default:
+      if (IsObjectEvent(e.type)) {
+        object = event.element.qp;
+        owner = event.element.qp ? event.element.qp->context : nullptr;
+      } else if (e.type != T::kDeviceFatal && !dev.ValidPort(static_cast<int>(event.element.port_num))) {
+        Log().warn("rdmaemu_raise_async_event: {} has no port {}", dev.name(), event.element.port_num);
+        return EINVAL;
+      }
+  }
+  if (IsObjectEvent(e.type)) {
+    if (object == nullptr || owner != context) {
+      Log().warn("rdmaemu_raise_async_event: the event's element is not an object of this context");
+      return EINVAL;
+    }
+    e.handle = reinterpret_cast<uint64_t>(object);
+  } else {
+    e.port = static_cast<uint8_t>(event.element.port_num);
+  }
+  dev.Raise(e);
+  return 0;
+}
+
 int QueryGidEntry(ibv_context* context, uint32_t port, uint32_t index, ibv_gid_entry* entry) {
   const device::Device& dev = *ToContext(context)->device;
   if (port > 255 || !dev.ValidPort(static_cast<int>(port)) || index >= device::kGidTableLength) {

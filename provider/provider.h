@@ -40,6 +40,10 @@ void InstallOps(verbs_context* vctx);
 void StartContext(verbs_context* vctx);
 void FreeContext(verbs_context* vctx);
 
+// rdmaemu/rdmaemu.h: port state and async events on demand.
+int SetPortState(ibv_context* context, uint8_t port, ibv_port_state state);
+int RaiseAsyncEvent(ibv_context* context, const ibv_async_event& event);
+
 // Verbs that are exported functions in libibverbs (no op slot of their own).
 int QueryGidEntry(ibv_context* context, uint32_t port, uint32_t index, ibv_gid_entry* entry);
 int QueryGidTableLength(ibv_context* context, uint32_t port);

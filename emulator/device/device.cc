@@ -91,6 +91,7 @@ Result<std::shared_ptr<Device>> Device::Open(const DeviceConfig& config, int ind
     port.bound = socket->address();
     port.socket.emplace(std::move(socket).value());
     port.attr.state = pc.active ? PortState::kActive : PortState::kDown;
+    dev->port_up_[i].store(pc.active);
     port.attr.link_layer = pc.link_layer;
     port.attr.max_mtu = pc.max_mtu;
     port.attr.active_mtu = pc.active_mtu;
@@ -141,6 +142,26 @@ Result<net::UdpSocket> Device::TakeSocket(int port) {
 PortAttr Device::QueryPort(int port) const {
   std::lock_guard lock(mu_);
   return ports_.at(port - 1).attr;
+}
+
+Status Device::SetPortState(int port, PortState state) {
+  if (!ValidPort(port)) return InvalidArgument(fmt::format("{} has no port {}", name(), port));
+  if (state != PortState::kDown && state != PortState::kActive) {
+    return InvalidArgument("a port can be set DOWN or ACTIVE");
+  }
+  bool changed;
+  {
+    std::lock_guard lock(mu_);
+    changed = ports_[port - 1].attr.state != state;
+    ports_[port - 1].attr.state = state;
+    port_up_[port - 1].store(state == PortState::kActive);
+  }
+  if (changed) {
+    Log().info("{} port {}: {}", name(), port, state == PortState::kActive ? "ACTIVE" : "DOWN");
+    Raise({state == PortState::kActive ? AsyncEventType::kPortActive : AsyncEventType::kPortErr, 0,
+           static_cast<uint8_t>(port)});
+  }
+  return Status::Ok();
 }
 
 Result<Gid> Device::QueryGid(int port, int index) const {

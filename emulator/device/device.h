@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -93,6 +94,12 @@ class Device {
   uint32_t LidAddress(int port, uint16_t lid) const;
 
   PortAttr QueryPort(int port) const;
+  // Takes a port down or up and raises PORT_ERR / PORT_ACTIVE when the
+  // state changes. EINVAL for a bad port.
+  Status SetPortState(int port, PortState state);
+  // Lock-free, for the data path: packets neither leave nor enter a port
+  // that is not ACTIVE.
+  bool PortUp(int port) const { return port_up_[(port - 1) & 1].load(std::memory_order_relaxed); }
   // ENODATA for an empty entry, EINVAL for a bad port or index.
   Result<Gid> QueryGid(int port, int index) const;
   // Index of a GID in the port's table, or ENOENT.
@@ -128,6 +135,7 @@ class Device {
   std::vector<Port> ports_;  // guarded by mu_ (attr, gids); fd/bound constant after Open
   std::vector<std::pair<int, Listener>> listeners_;  // guarded by mu_
   std::shared_mutex dispatch_mu_;  // held shared while listeners run
+  std::atomic<bool> port_up_[2] = {true, true};
   int next_listener_id_ = 1;
 
   objects::MrTable mrs_;

@@ -226,6 +226,10 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
 }
 
 void Engine::Transmit(const wire::PacketFields& fields, wire::Gather payload, uint32_t dst_ip) {
+  if (!device_->PortUp(1)) {
+    counters_.dropped_port_down.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   wire::IcrcAddressing addr{local_ip_, ntohl(dst_ip), udp_port_, udp_port_};
   auto len = wire::BuildPacket(fields, payload, packet_, &addr);
   if (!len.ok()) {
@@ -406,6 +410,10 @@ void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
   auto access = device_->mrs().AccessGuard();
   for (const net::Datagram& d : batch) {
     counters_.packets_received.fetch_add(1, std::memory_order_relaxed);
+    if (!device_->PortUp(1)) {
+      counters_.dropped_port_down.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
     auto packet = wire::ParsePacket(d.data);
     if (!packet.ok()) {
       counters_.dropped_malformed.fetch_add(1, std::memory_order_relaxed);

@@ -40,6 +40,7 @@ struct EngineCounters {
   std::atomic<uint64_t> dropped_qkey{0};
   std::atomic<uint64_t> dropped_pkey{0};
   std::atomic<uint64_t> dropped_no_receive{0};
+  std::atomic<uint64_t> dropped_port_down{0};
   std::atomic<uint64_t> retransmissions{0};
   std::atomic<uint64_t> timeouts{0};
   std::atomic<uint64_t> rnr_naks_sent{0};

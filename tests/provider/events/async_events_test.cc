@@ -5,6 +5,7 @@
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <gtest/gtest.h>
+#include <rdmaemu/rdmaemu.h>
 
 #include <chrono>
 #include <cstring>
@@ -251,6 +252,71 @@ TEST_F(AsyncEventsTest, CqOverrunRaisesCqErrAndMovesTheQpToError) {
   EXPECT_EQ(ibv_destroy_qp(a), 0);
   qps_.erase(qps_.begin());
   EXPECT_EQ(ibv_destroy_cq(small), 0);
+}
+
+TEST_F(AsyncEventsTest, PortDownRaisesPortErrStopsTrafficAndUpRaisesPortActive) {
+  ibv_qp* a = CreateRc();
+  ibv_qp* b = CreateRc();
+  Connect(a, b->qp_num);
+  Connect(b, a->qp_num);
+  ASSERT_EQ(rdmaemu_set_port_state(ctx_, 1, IBV_PORT_DOWN), 0);
+  ibv_async_event ev;
+  ASSERT_TRUE(NextEvent(&ev));
+  EXPECT_EQ(ev.event_type, IBV_EVENT_PORT_ERR);
+  EXPECT_EQ(ev.element.port_num, 1);
+  ibv_ack_async_event(&ev);
+  ibv_port_attr port;
+  ASSERT_EQ(ibv_query_port(ctx_, 1, &port), 0);
+  EXPECT_EQ(port.state, IBV_PORT_DOWN);
+
+  // No packet crosses a port that is down: the write exhausts its retries.
+  ASSERT_EQ(PostWrite(a, mr_->rkey, reinterpret_cast<uintptr_t>(buf_.data()) + 4096), 0);
+  auto wcs = Drain(cq_, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+
+  ASSERT_EQ(rdmaemu_set_port_state(ctx_, 1, IBV_PORT_ACTIVE), 0);
+  ASSERT_TRUE(NextEvent(&ev));
+  EXPECT_EQ(ev.event_type, IBV_EVENT_PORT_ACTIVE);
+  EXPECT_EQ(ev.element.port_num, 1);
+  ibv_ack_async_event(&ev);
+  ASSERT_EQ(ibv_query_port(ctx_, 1, &port), 0);
+  EXPECT_EQ(port.state, IBV_PORT_ACTIVE);
+  EXPECT_EQ(rdmaemu_set_port_state(ctx_, 2, IBV_PORT_DOWN), EINVAL);
+  EXPECT_EQ(rdmaemu_set_port_state(ctx_, 1, IBV_PORT_INIT), EINVAL);
+}
+
+TEST_F(AsyncEventsTest, EventsRaisedOnDemandReachTheHandlerWithTheirElement) {
+  ibv_qp* a = CreateRc();
+  ASSERT_NE(a, nullptr);
+  ibv_async_event raise{};
+  raise.event_type = IBV_EVENT_QP_FATAL;
+  raise.element.qp = a;
+  ASSERT_EQ(rdmaemu_raise_async_event(ctx_, &raise), 0);
+  ibv_async_event ev;
+  ASSERT_TRUE(NextEvent(&ev));
+  EXPECT_EQ(ev.event_type, IBV_EVENT_QP_FATAL);
+  EXPECT_EQ(ev.element.qp, a);
+  ibv_ack_async_event(&ev);
+
+  raise = {};
+  raise.event_type = IBV_EVENT_GID_CHANGE;
+  raise.element.port_num = 1;
+  ASSERT_EQ(rdmaemu_raise_async_event(ctx_, &raise), 0);
+  ASSERT_TRUE(NextEvent(&ev));
+  EXPECT_EQ(ev.event_type, IBV_EVENT_GID_CHANGE);
+  EXPECT_EQ(ev.element.port_num, 1);
+  ibv_ack_async_event(&ev);
+
+  raise = {};
+  raise.event_type = IBV_EVENT_CQ_ERR;
+  raise.element.cq = nullptr;
+  EXPECT_EQ(rdmaemu_raise_async_event(ctx_, &raise), EINVAL);
+  raise.event_type = IBV_EVENT_LID_CHANGE;
+  raise.element.port_num = 2;
+  EXPECT_EQ(rdmaemu_raise_async_event(ctx_, &raise), EINVAL);
+  raise.event_type = static_cast<ibv_event_type>(99);
+  EXPECT_EQ(rdmaemu_raise_async_event(ctx_, &raise), EINVAL);
 }
 
 }  // namespace
