@@ -88,6 +88,17 @@ inline Qp* ToQp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
 inline Ah* ToAh(ibv_ah* a) { return reinterpret_cast<Ah*>(a); }
 inline Srq* ToSrq(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
 
+// The device's receive WQE for a receive WR (post_recv and post_srq_recv).
+inline engine::RecvWqe ToRecvWqe(const ibv_recv_wr& wr) {
+  engine::RecvWqe w;
+  w.wr_id = wr.wr_id;
+  for (int i = 0; i < wr.num_sge; ++i) {
+    w.sges.push_back({wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey});
+    w.length += wr.sg_list[i].length;
+  }
+  return w;
+}
+
 // Validates one work request against its QP and builds the device's WQE
 // (qp.cc); shared by ibv_post_send and the ibv_wr_* API.
 Result<engine::SendWqe> BuildSendWqe(Qp& qp, const ibv_send_wr& wr);

@@ -296,13 +296,7 @@ int PostRecv(ibv_qp* ibv, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       rc = ENOMEM;
       break;
     }
-    engine::RecvWqe w;
-    w.wr_id = wr->wr_id;
-    for (int i = 0; i < wr->num_sge; ++i) {
-      w.sges.push_back({wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey});
-      w.length += wr->sg_list[i].length;
-    }
-    eqp.rq.push_back(std::move(w));
+    eqp.rq.push_back(ToRecvWqe(*wr));
     flush = eqp.attrs.state == engine::QpState::kErr;
   }
   if (rc != 0) *bad_wr = wr;

@@ -22,13 +22,7 @@ int PostSrqRecv(ibv_srq* ibv, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       *bad_wr = wr;
       return ENOMEM;
     }
-    engine::RecvWqe w;
-    w.wr_id = wr->wr_id;
-    for (int i = 0; i < wr->num_sge; ++i) {
-      w.sges.push_back({wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey});
-      w.length += wr->sg_list[i].length;
-    }
-    srq.rq.push_back(std::move(w));
+    srq.rq.push_back(ToRecvWqe(*wr));
   }
   return 0;
 }

@@ -94,6 +94,8 @@ class Device {
   uint32_t LidAddress(int port, uint16_t lid) const;
 
   PortAttr QueryPort(int port) const;
+  // Lock-free, for the data path: fixed when the device opens.
+  uint32_t ActiveMtu(int port) const { return ports_.at(port - 1).attr.active_mtu; }
   // Takes a port down or up and raises PORT_ERR / PORT_ACTIVE when the
   // state changes. EINVAL for a bad port.
   Status SetPortState(int port, PortState state);

@@ -377,7 +377,7 @@ void Engine::ExecuteUdSend(Qp& qp, const SendWqe& wqe) {
     cqe.timestamp_ns = NowNs();
     PushCqe(qp, qp.send_cq, cqe);
   };
-  uint32_t mtu = device_->QueryPort(qp.attrs.port).active_mtu;
+  uint32_t mtu = device_->ActiveMtu(qp.attrs.port);
   if (wqe.length > mtu) {
     RDMAEMU_WARN_LIMITED("qp#{} WR {}: UD message of {} bytes exceeds the port MTU {}: local length error",
                          qp.qpn, wqe.wr_id, wqe.length, mtu);

@@ -142,30 +142,28 @@ void ibv_ack_async_event(ibv_async_event* event) {
   pthread_mutex_t* mutex = nullptr;
   pthread_cond_t* cond = nullptr;
   unsigned* counter = nullptr;
-  switch (event->event_type) {
-    case IBV_EVENT_CQ_ERR: {
+  switch (ElementOf(event->event_type)) {
+    case EventElement::kCq: {
       ibv_cq* cq = event->element.cq;
       mutex = &cq->mutex, cond = &cq->cond, counter = &cq->async_events_completed;
       break;
     }
-    case IBV_EVENT_QP_FATAL: case IBV_EVENT_QP_REQ_ERR: case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST: case IBV_EVENT_SQ_DRAINED: case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR: case IBV_EVENT_QP_LAST_WQE_REACHED: {
+    case EventElement::kQp: {
       ibv_qp* qp = event->element.qp;
       mutex = &qp->mutex, cond = &qp->cond, counter = &qp->events_completed;
       break;
     }
-    case IBV_EVENT_SRQ_ERR: case IBV_EVENT_SRQ_LIMIT_REACHED: {
+    case EventElement::kSrq: {
       ibv_srq* srq = event->element.srq;
       mutex = &srq->mutex, cond = &srq->cond, counter = &srq->events_completed;
       break;
     }
-    case IBV_EVENT_WQ_FATAL: {
+    case EventElement::kWq: {
       ibv_wq* wq = event->element.wq;
       mutex = &wq->mutex, cond = &wq->cond, counter = &wq->events_completed;
       break;
     }
-    default:
+    case EventElement::kPort:
       return;  // port and device events carry no counter
   }
   pthread_mutex_lock(mutex);

@@ -67,23 +67,12 @@ void DeliverCompletion(ibv_cq* cq) {
 
 void DeliverAsync(ibv_context* context, const ibv_async_event& event) {
   const void* object = nullptr;
-  switch (event.event_type) {
-    case IBV_EVENT_CQ_ERR:
-      object = event.element.cq;
-      break;
-    case IBV_EVENT_QP_FATAL: case IBV_EVENT_QP_REQ_ERR: case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST: case IBV_EVENT_SQ_DRAINED: case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR: case IBV_EVENT_QP_LAST_WQE_REACHED:
-      object = event.element.qp;
-      break;
-    case IBV_EVENT_SRQ_ERR: case IBV_EVENT_SRQ_LIMIT_REACHED:
-      object = event.element.srq;
-      break;
-    case IBV_EVENT_WQ_FATAL:
-      object = event.element.wq;
-      break;
-    default:
-      break;
+  switch (ElementOf(event.event_type)) {
+    case EventElement::kCq: object = event.element.cq; break;
+    case EventElement::kQp: object = event.element.qp; break;
+    case EventElement::kSrq: object = event.element.srq; break;
+    case EventElement::kWq: object = event.element.wq; break;
+    case EventElement::kPort: break;
   }
   Private(context)->async_events.Push(event, object);
 }
@@ -94,6 +83,24 @@ int CompatQueryDevice(ibv_context* context, ibv_device_attr* attr) {
 }
 
 }  // namespace
+
+EventElement ElementOf(ibv_event_type type) {
+  switch (type) {
+    case IBV_EVENT_CQ_ERR:
+      return EventElement::kCq;
+    case IBV_EVENT_QP_FATAL: case IBV_EVENT_QP_REQ_ERR: case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST: case IBV_EVENT_SQ_DRAINED: case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR: case IBV_EVENT_QP_LAST_WQE_REACHED:
+      return EventElement::kQp;
+    case IBV_EVENT_SRQ_ERR: case IBV_EVENT_SRQ_LIMIT_REACHED:
+      return EventElement::kSrq;
+    case IBV_EVENT_WQ_FATAL:
+      return EventElement::kWq;
+    default:
+      return EventElement::kPort;  // port and device events
+  }
+}
+
 }  // namespace rdmaemu::verbs
 
 using namespace rdmaemu;

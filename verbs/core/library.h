@@ -25,6 +25,11 @@ inline verbs_context* ToVerbsContext(ibv_context* c) {
 }
 inline verbs_ex_private* Private(ibv_context* c) { return ToVerbsContext(c)->priv; }
 
+// Which element an async event names (libibverbs' one mapping, as in
+// rdma-core's ibv_get_async_event/ibv_ack_async_event).
+enum class EventElement { kCq, kQp, kSrq, kWq, kPort };
+EventElement ElementOf(ibv_event_type type);
+
 // Fills every op slot with a clean EOPNOTSUPP failure (dummy_ops.cc).
 void InstallDummyOps(verbs_context* vctx);
 
