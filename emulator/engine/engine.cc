@@ -10,6 +10,7 @@
 
 #include "emulator/base/endian.h"
 #include "emulator/base/log.h"
+#include "emulator/capture/capture.h"
 #include "emulator/engine/internal.h"
 #include "emulator/objects/mr.h"
 #include "emulator/wire/icrc.h"
@@ -122,11 +123,14 @@ Engine::Engine(std::shared_ptr<device::Device> device) : device_(std::move(devic
 
 Engine::~Engine() {
   if (loop_) loop_->Stop();
+  // The file is complete once the device is closed.
+  capture::Flush();
 }
 
 Result<std::shared_ptr<Engine>> Engine::Start(std::shared_ptr<device::Device> device) {
   auto backend = BackendFromEnvironment();
   if (!backend.ok()) return backend.status();
+  if (Status s = capture::StartFromEnvironment(); !s.ok()) return s;
   auto socket = device->TakeSocket(1);
   if (!socket.ok()) return socket.status();
   std::shared_ptr<Engine> engine(new Engine(std::move(device)));
@@ -202,6 +206,9 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
   // Iterate over a snapshot: a QP that fails here (retries exhausted)
   // leaves active_ from inside CheckTimers.
   std::optional<Clock::time_point> next;
+  // Captured packets reach the file within capture::kFlushInterval, even
+  // when the engine then goes idle.
+  if (capture::FlushIfDue(now)) next = now + capture::kFlushInterval;
   const std::vector<uint32_t> active(active_.begin(), active_.end());
   for (uint32_t qpn : active) {
     auto qp = FindQp(qpn);
@@ -240,9 +247,14 @@ void Engine::Transmit(const wire::PacketFields& fields, wire::Gather payload, ui
   to.sin_family = AF_INET;
   to.sin_addr.s_addr = dst_ip;
   to.sin_port = htons(udp_port_);
-  iovec iov{packet_.data(), *len};
-  loop_->Send(to, std::span<const iovec>(&iov, 1));
+  SendDatagram(to, std::span<const uint8_t>(packet_.data(), *len));
   counters_.packets_sent.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Engine::SendDatagram(const sockaddr_in& to, std::span<const uint8_t> bytes) {
+  capture::Record({local_ip_, ntohl(to.sin_addr.s_addr), udp_port_, ntohs(to.sin_port)}, bytes);
+  iovec iov{const_cast<uint8_t*>(bytes.data()), bytes.size()};
+  loop_->Send(to, std::span<const iovec>(&iov, 1));
 }
 
 objects::WcStatus Engine::CheckSges(const Qp& qp, const std::vector<Sge>& sges, bool write) {
@@ -409,6 +421,9 @@ void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
   const Clock::time_point now = Clock::now();
   auto access = device_->mrs().AccessGuard();
   for (const net::Datagram& d : batch) {
+    capture::Record({ntohl(d.src.sin_addr.s_addr), ntohl(d.dst.s_addr), ntohs(d.src.sin_port),
+                     udp_port_},
+                    d.data);
     counters_.packets_received.fetch_add(1, std::memory_order_relaxed);
     if (!device_->PortUp(1)) {
       counters_.dropped_port_down.fetch_add(1, std::memory_order_relaxed);

@@ -85,6 +85,9 @@ class Engine : public net::LoopHandler {
   void ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagram& dgram);
   // Sends one packet to the QP's peer (RC/UC) or `dst_ip` (network order).
   void Transmit(const wire::PacketFields& fields, wire::Gather payload, uint32_t dst_ip);
+  // The one exit to the socket: every datagram leaves here, and is captured
+  // here (after fault rules, before the kernel), exactly as it goes out.
+  void SendDatagram(const sockaddr_in& to, std::span<const uint8_t> bytes);
   // Validates an SGE list against the QP's PD; `write` needs LOCAL_WRITE.
   objects::WcStatus CheckSges(const Qp& qp, const std::vector<Sge>& sges, bool write);
   // Copies [offset, offset+len) of a WQE's payload into out.
