@@ -222,6 +222,12 @@ int SetPortState(ibv_context* context, uint8_t port, ibv_port_state state) {
   return s.code();
 }
 
+Result<engine::CounterValues> QueryCounters(ibv_context* context, uint8_t port) {
+  const engine::Engine& e = *ToContext(context)->engine;
+  if (port == 0) return e.counters();
+  return e.port_counters(port);
+}
+
 int RaiseAsyncEvent(ibv_context* context, const ibv_async_event& event) {
   using T = device::AsyncEventType;
   const int type = static_cast<int>(event.event_type);

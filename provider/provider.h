@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "emulator/base/status.h"
+#include "emulator/engine/counters.h"
 
 namespace rdmaemu::provider {
 
@@ -43,6 +44,9 @@ void FreeContext(verbs_context* vctx);
 // rdmaemu/rdmaemu.h: port state and async events on demand.
 int SetPortState(ibv_context* context, uint8_t port, ibv_port_state state);
 int RaiseAsyncEvent(ibv_context* context, const ibv_async_event& event);
+// rdmaemu/rdmaemu.h: counters of a port (0 = the device) or a QP.
+Result<engine::CounterValues> QueryCounters(ibv_context* context, uint8_t port);
+engine::CounterValues QueryQpCounters(ibv_qp* qp);
 
 // Verbs that are exported functions in libibverbs (no op slot of their own).
 int QueryGidEntry(ibv_context* context, uint32_t port, uint32_t index, ibv_gid_entry* entry);

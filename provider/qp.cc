@@ -576,4 +576,6 @@ int DestroyAh(ibv_ah* ah) {
   return 0;
 }
 
+engine::CounterValues QueryQpCounters(ibv_qp* qp) { return ToQp(qp)->qp->counters.Snapshot(); }
+
 }  // namespace rdmaemu::provider

@@ -111,7 +111,7 @@ void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_poin
         AckUpTo(qp, psn, now);
         return;
       case wire::AethType::kRnrNak: {
-        counters_.rnr_naks_received.fetch_add(1, std::memory_order_relaxed);
+        Count(&qp, &Counters::rnr_naks_received);
         AckUpTo(qp, wire::PsnAdd(psn, -1), now);
         if (qp.attrs.state == QpState::kErr || qp.inflight.empty()) return;
         if (qp.rnr_retries_left == 0) {
@@ -164,7 +164,7 @@ void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_poin
       const uint32_t expected = wire::PsnAdd(f.first_psn, static_cast<int64_t>(f.read_bytes / mtu));
       if (psn != expected || f.done) {
         if (wire::PsnDiff(psn, expected) > 0) {
-          counters_.out_of_sequence.fetch_add(1, std::memory_order_relaxed);
+          Count(&qp, &Counters::out_of_sequence);
           RetransmitFrom(qp, f.first_psn, now);
         }
         return;
@@ -208,7 +208,7 @@ void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_poin
 void Engine::CheckTimers(Qp& qp, Clock::time_point now) {
   if (qp.attrs.state != QpState::kRts || qp.inflight.empty() || qp.rnr_waiting) return;
   if (qp.attrs.timeout == 0 || now < qp.timeout_at) return;
-  counters_.timeouts.fetch_add(1, std::memory_order_relaxed);
+  Count(&qp, &Counters::timeouts);
   if (qp.retries_left == 0) {
     FailQp(qp, objects::WcStatus::kRetryExcErr,
            fmt::format("retry count exceeded after {} retries", qp.attrs.retry_cnt));

@@ -182,6 +182,19 @@ std::shared_ptr<Qp> Engine::FindQp(uint32_t qpn) {
   return it == qps_.end() ? nullptr : it->second;
 }
 
+CounterValues Engine::counters() const {
+  CounterValues total;
+  for (int port = 1; port <= device_->num_ports(); ++port) total += ports_[port - 1].Snapshot();
+  return total;
+}
+
+Result<CounterValues> Engine::port_counters(int port) const {
+  if (!device_->ValidPort(port)) {
+    return InvalidArgument(fmt::format("{} has no port {}", device_->name(), port));
+  }
+  return ports_[port - 1].Snapshot();
+}
+
 void Engine::Doorbell(uint32_t qpn) {
   {
     std::lock_guard lock(pending_mu_);
@@ -232,9 +245,10 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
   return next;
 }
 
-void Engine::Transmit(const wire::PacketFields& fields, wire::Gather payload, uint32_t dst_ip) {
+void Engine::Transmit(Qp* qp, const wire::PacketFields& fields, wire::Gather payload,
+                      uint32_t dst_ip) {
   if (!device_->PortUp(1)) {
-    counters_.dropped_port_down.fetch_add(1, std::memory_order_relaxed);
+    Count(qp, &Counters::dropped_port_down);
     return;
   }
   wire::IcrcAddressing addr{local_ip_, ntohl(dst_ip), udp_port_, udp_port_};
@@ -248,7 +262,8 @@ void Engine::Transmit(const wire::PacketFields& fields, wire::Gather payload, ui
   to.sin_addr.s_addr = dst_ip;
   to.sin_port = htons(udp_port_);
   SendDatagram(to, std::span<const uint8_t>(packet_.data(), *len));
-  counters_.packets_sent.fetch_add(1, std::memory_order_relaxed);
+  Count(qp, &Counters::packets_sent);
+  Count(qp, &Counters::bytes_sent, *len);
 }
 
 void Engine::SendDatagram(const sockaddr_in& to, std::span<const uint8_t> bytes) {
@@ -413,7 +428,7 @@ void Engine::ExecuteUdSend(Qp& qp, const SendWqe& wqe) {
   f.deth.src_qpn = qp.qpn;
   f.imm = ntohl(wqe.imm_data);
   std::span<const uint8_t> payload(scratch_);
-  Transmit(f, wire::Gather(&payload, 1), wqe.ud.dst_ip);
+  Transmit(&qp, f, wire::Gather(&payload, 1), wqe.ud.dst_ip);
   complete(objects::WcStatus::kSuccess);
 }
 
@@ -424,14 +439,15 @@ void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
     capture::Record({ntohl(d.src.sin_addr.s_addr), ntohl(d.dst.s_addr), ntohs(d.src.sin_port),
                      udp_port_},
                     d.data);
-    counters_.packets_received.fetch_add(1, std::memory_order_relaxed);
+    Count(nullptr, &Counters::packets_received);
+    Count(nullptr, &Counters::bytes_received, d.data.size());
     if (!device_->PortUp(1)) {
-      counters_.dropped_port_down.fetch_add(1, std::memory_order_relaxed);
+      Count(nullptr, &Counters::dropped_port_down);
       continue;
     }
     auto packet = wire::ParsePacket(d.data);
     if (!packet.ok()) {
-      counters_.dropped_malformed.fetch_add(1, std::memory_order_relaxed);
+      Count(nullptr, &Counters::dropped_malformed);
       RDMAEMU_WARN_LIMITED("dropped a malformed packet from {}: {}", net::ToString(d.src),
                            packet.status().message());
       continue;
@@ -439,27 +455,30 @@ void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
     wire::IcrcAddressing addr{ntohl(d.src.sin_addr.s_addr), ntohl(d.dst.s_addr),
                               ntohs(d.src.sin_port), udp_port_};
     if (Status s = wire::CheckIcrc(addr, d.data); !s.ok()) {
-      counters_.dropped_icrc.fetch_add(1, std::memory_order_relaxed);
+      Count(nullptr, &Counters::dropped_icrc);
       Log().debug("dropped a packet from {}: {}", net::ToString(d.src), s.message());
       continue;
     }
     if (packet->bth().pkey() != wire::kDefaultPkey) {
-      counters_.dropped_pkey.fetch_add(1, std::memory_order_relaxed);
+      Count(nullptr, &Counters::dropped_pkey);
       continue;
     }
     auto qp = FindQp(packet->dest_qpn());
     if (!qp) {
-      counters_.dropped_unknown_qpn.fetch_add(1, std::memory_order_relaxed);
+      Count(nullptr, &Counters::dropped_unknown_qpn);
       Log().debug("dropped a packet for unknown qp#{} from {}", packet->dest_qpn(),
                   net::ToString(d.src));
       continue;
     }
+    // From here on the packet is the QP's.
+    CountOnQp(*qp, &Counters::packets_received);
+    CountOnQp(*qp, &Counters::bytes_received, d.data.size());
     const wire::Transport t = packet->info().transport;
     const bool type_ok = (t == wire::Transport::kUd && qp->type == QpType::kUd) ||
                          (t == wire::Transport::kRc && qp->type == QpType::kRc) ||
                          (t == wire::Transport::kUc && qp->type == QpType::kUc);
     if (!type_ok) {
-      counters_.dropped_bad_state.fetch_add(1, std::memory_order_relaxed);
+      Count(qp.get(), &Counters::dropped_bad_state);
       RDMAEMU_WARN_LIMITED("qp#{}: dropped a {} packet: wrong transport for a {} QP", qp->qpn,
                            packet->info().name, static_cast<int>(qp->type));
       continue;
@@ -472,13 +491,13 @@ void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
     const QpState state = qp->attrs.state;
     // RC/UC packets come only from the connected peer.
     if (d.src.sin_addr.s_addr != qp->attrs.dest_ip) {
-      counters_.dropped_bad_state.fetch_add(1, std::memory_order_relaxed);
+      Count(qp.get(), &Counters::dropped_bad_state);
       continue;
     }
     if (packet->Has(wire::kRequestMask)) {
       if (state != QpState::kRtr && state != QpState::kRts && state != QpState::kSqd &&
           state != QpState::kSqe) {
-        counters_.dropped_bad_state.fetch_add(1, std::memory_order_relaxed);
+        Count(qp.get(), &Counters::dropped_bad_state);
         continue;
       }
       // The first packet a QP receives in RTR establishes communication.
@@ -489,7 +508,7 @@ void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
       OnRequest(*qp, *packet);
     } else {
       if (state != QpState::kRts && state != QpState::kSqd && state != QpState::kSqe) {
-        counters_.dropped_bad_state.fetch_add(1, std::memory_order_relaxed);
+        Count(qp.get(), &Counters::dropped_bad_state);
         continue;
       }
       OnResponse(*qp, *packet, now);
@@ -502,18 +521,18 @@ void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagr
   std::lock_guard lock(qp.mu);
   QpState state = qp.attrs.state;
   if (state != QpState::kRtr && state != QpState::kRts && state != QpState::kSqd) {
-    counters_.dropped_bad_state.fetch_add(1, std::memory_order_relaxed);
+    Count(&qp, &Counters::dropped_bad_state);
     return;
   }
   if (packet.deth().qkey() != qp.attrs.qkey) {
-    counters_.dropped_qkey.fetch_add(1, std::memory_order_relaxed);
+    Count(&qp, &Counters::dropped_qkey);
     Log().debug("qp#{}: dropped a UD packet with Q_Key {:#x} (QP's is {:#x})", qp.qpn,
                 packet.deth().qkey(), qp.attrs.qkey);
     return;
   }
   RecvWqe wqe;
   if (!TakeRecv(qp, &wqe)) {
-    counters_.dropped_no_receive.fetch_add(1, std::memory_order_relaxed);
+    Count(&qp, &Counters::dropped_no_receive);
     return;
   }
   objects::Cqe cqe;

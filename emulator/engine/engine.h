@@ -24,30 +24,12 @@
 
 #include "emulator/base/status.h"
 #include "emulator/device/device.h"
+#include "emulator/engine/counters.h"
 #include "emulator/engine/qp.h"
 #include "emulator/net/loop.h"
 #include "emulator/wire/packet.h"
 
 namespace rdmaemu::engine {
-
-struct EngineCounters {
-  std::atomic<uint64_t> packets_sent{0};
-  std::atomic<uint64_t> packets_received{0};
-  std::atomic<uint64_t> dropped_malformed{0};
-  std::atomic<uint64_t> dropped_icrc{0};
-  std::atomic<uint64_t> dropped_unknown_qpn{0};
-  std::atomic<uint64_t> dropped_bad_state{0};
-  std::atomic<uint64_t> dropped_qkey{0};
-  std::atomic<uint64_t> dropped_pkey{0};
-  std::atomic<uint64_t> dropped_no_receive{0};
-  std::atomic<uint64_t> dropped_port_down{0};
-  std::atomic<uint64_t> retransmissions{0};
-  std::atomic<uint64_t> timeouts{0};
-  std::atomic<uint64_t> rnr_naks_sent{0};
-  std::atomic<uint64_t> rnr_naks_received{0};
-  std::atomic<uint64_t> out_of_sequence{0};
-  std::atomic<uint64_t> duplicates{0};
-};
 
 // Completes every WQE of the QP with WR_FLUSH_ERR, as a QP in ERR does
 // (caller must not hold qp.mu).
@@ -70,7 +52,10 @@ class Engine : public net::LoopHandler {
   // Any thread: the QP has new send work (or was modified).
   void Doorbell(uint32_t qpn);
 
-  const EngineCounters& counters() const { return counters_; }
+  // The device's counters: the sum of its ports'.
+  CounterValues counters() const;
+  // One port's. EINVAL for a port the device lacks.
+  Result<CounterValues> port_counters(int port) const;
 
   // net::LoopHandler
   void OnDatagrams(std::span<const net::Datagram> batch) override;
@@ -83,8 +68,19 @@ class Engine : public net::LoopHandler {
   // engine.cc: UD and shared helpers.
   void ExecuteUdSend(Qp& qp, const SendWqe& wqe);
   void ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagram& dgram);
-  // Sends one packet to the QP's peer (RC/UC) or `dst_ip` (network order).
-  void Transmit(const wire::PacketFields& fields, wire::Gather payload, uint32_t dst_ip);
+  // Sends one packet for `qp` (counted on it) to its peer (RC/UC) or
+  // `dst_ip` (network order).
+  void Transmit(Qp* qp, const wire::PacketFields& fields, wire::Gather payload, uint32_t dst_ip);
+  // Bumps a counter of the port (the engine serves port 1's socket) and, if
+  // given, of the QP. Relaxed: the data path pays one uncontended add each.
+  void Count(Qp* qp, std::atomic<uint64_t> Counters::*c, uint64_t n = 1) {
+    (ports_[0].*c).fetch_add(n, std::memory_order_relaxed);
+    if (qp != nullptr) (qp->counters.*c).fetch_add(n, std::memory_order_relaxed);
+  }
+  // The QP's share of something the port has counted already.
+  static void CountOnQp(Qp& qp, std::atomic<uint64_t> Counters::*c, uint64_t n = 1) {
+    (qp.counters.*c).fetch_add(n, std::memory_order_relaxed);
+  }
   // The one exit to the socket: every datagram leaves here, and is captured
   // here (after fault rules, before the kernel), exactly as it goes out.
   void SendDatagram(const sockaddr_in& to, std::span<const uint8_t> bytes);
@@ -132,7 +128,7 @@ class Engine : public net::LoopHandler {
   std::unique_ptr<net::Loop> loop_;
   uint32_t local_ip_ = 0;  // host order
   uint16_t udp_port_ = 0;  // host order
-  EngineCounters counters_;
+  Counters ports_[2];  // per port; a device has at most 2
 
   std::shared_mutex qps_mu_;
   std::unordered_map<uint32_t, std::shared_ptr<Qp>> qps_;  // guarded by qps_mu_

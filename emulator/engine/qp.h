@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 
+#include "emulator/engine/counters.h"
 #include "emulator/engine/work.h"
 #include "emulator/objects/cq.h"
 #include "emulator/objects/mr.h"
@@ -107,6 +108,8 @@ struct Qp {
   const uint64_t handle;  // the provider's ibv_qp*, for async events
   // Set before the QP is added to the engine, constant after.
   std::shared_ptr<Srq> srq;
+  // Bumped by the engine thread, read by anyone (counters.h).
+  Counters counters;
 
   std::mutex mu;
   TransportAttrs attrs;

@@ -210,8 +210,8 @@ void Engine::SendRequest(Qp& qp, Inflight& f, uint32_t psn) {
       p.atomic_eth.compare = w.compare_add;
       break;
   }
-  if (f.sent) counters_.retransmissions.fetch_add(1, std::memory_order_relaxed);
-  Transmit(p, wire::Gather(&payload, 1), qp.attrs.dest_ip);
+  if (f.sent) Count(&qp, &Counters::retransmissions);
+  Transmit(&qp, p, wire::Gather(&payload, 1), qp.attrs.dest_ip);
 }
 
 void Engine::RetransmitFrom(Qp& qp, uint32_t psn, Clock::time_point now) {

@@ -32,10 +32,11 @@ void Engine::SendAck(Qp& qp, uint32_t psn, uint8_t syndrome) {
   p.bth.psn = psn;
   p.aeth.syndrome = syndrome;
   p.aeth.msn = qp.msn & 0xffffff;
-  Transmit(p, wire::Gather(), qp.attrs.dest_ip);
+  Transmit(&qp, p, wire::Gather(), qp.attrs.dest_ip);
 }
 
 void Engine::ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std::string& why) {
+  if (code == wire::NakCode::kRemoteAccessError) Count(&qp, &Counters::rkey_violations);
   if (qp.type == QpType::kUc) {
     // UC has no NAKs: the message is dropped and the receive WQE reused.
     RDMAEMU_WARN_LIMITED("{} qp#{}: dropped a UC message: {}", device_->name(), qp.qpn, why);
@@ -101,7 +102,7 @@ void Engine::AnswerRead(Qp& qp, const ReplayEntry& r, uint32_t from_psn) {
     const size_t len = static_cast<size_t>(std::min<uint64_t>(mtu, r.length - std::min<uint64_t>(r.length, offset)));
     std::span<const uint8_t> payload;
     if (len > 0) payload = std::span<const uint8_t>(mr->HostAddress(r.va + offset), len);
-    Transmit(p, wire::Gather(&payload, 1), qp.attrs.dest_ip);
+    Transmit(&qp, p, wire::Gather(&payload, 1), qp.attrs.dest_ip);
   }
 }
 
@@ -112,7 +113,7 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
   if (!rc) {
     // UC: a gap loses the message in progress; resume at the next FIRST/ONLY.
     if (psn != qp.epsn) {
-      counters_.out_of_sequence.fetch_add(1, std::memory_order_relaxed);
+      Count(&qp, &Counters::out_of_sequence);
       if (qp.in_send) ReturnRecv(qp, std::move(qp.recv));
       qp.in_send = qp.in_write = false;
       qp.write_mr.reset();
@@ -126,7 +127,7 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
   } else {
     const int32_t d = wire::PsnDiff(psn, qp.epsn);
     if (d > 0) {
-      counters_.out_of_sequence.fetch_add(1, std::memory_order_relaxed);
+      Count(&qp, &Counters::out_of_sequence);
       if (!qp.nak_sent) {
         SendAck(qp, qp.epsn, wire::NakSyndrome(wire::NakCode::kPsnSequenceError));
         qp.nak_sent = true;
@@ -134,7 +135,7 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
       return;
     }
     if (d < 0) {
-      counters_.duplicates.fetch_add(1, std::memory_order_relaxed);
+      Count(&qp, &Counters::duplicates);
       if (packet.Has(wire::kReadMask) || packet.Has(wire::kAtomicMask)) {
         for (const ReplayEntry& r : qp.replay) {
           if (wire::PsnDiff(psn, r.psn) < 0 || wire::PsnDiff(psn, r.last_psn) > 0) continue;
@@ -146,7 +147,7 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
             p.aeth.syndrome = wire::AckSyndrome();
             p.aeth.msn = qp.msn & 0xffffff;
             p.atomic_ack_orig_data = r.atomic_result;
-            Transmit(p, wire::Gather(), qp.attrs.dest_ip);
+            Transmit(&qp, p, wire::Gather(), qp.attrs.dest_ip);
           } else {
             AnswerRead(qp, r, psn);
           }
@@ -177,10 +178,10 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
     if (packet.Has(wire::kFirstMask)) {
       if (!TakeRecv(qp, &qp.recv)) {
         if (rc) {
-          counters_.rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
+          Count(&qp, &Counters::rnr_naks_sent);
           SendAck(qp, psn, wire::RnrNakSyndrome(qp.attrs.min_rnr_timer));
         } else {
-          counters_.dropped_no_receive.fetch_add(1, std::memory_order_relaxed);
+          Count(&qp, &Counters::dropped_no_receive);
           qp.uc_resync = !packet.Has(wire::kLastMask);
         }
         return;  // RC: the PSN is not consumed; the requester retries
@@ -260,10 +261,10 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
     if (imm && !TakeRecv(qp, &imm_recv)) {
       // Checked before writing, so the retried packet finds nothing done.
       if (rc) {
-        counters_.rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
+        Count(&qp, &Counters::rnr_naks_sent);
         SendAck(qp, psn, wire::RnrNakSyndrome(qp.attrs.min_rnr_timer));
       } else {
-        counters_.dropped_no_receive.fetch_add(1, std::memory_order_relaxed);
+        Count(&qp, &Counters::dropped_no_receive);
         qp.in_write = false;
         qp.write_mr.reset();
       }
@@ -376,7 +377,7 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
     p.aeth.syndrome = wire::AckSyndrome();
     p.aeth.msn = qp.msn & 0xffffff;
     p.atomic_ack_orig_data = orig;
-    Transmit(p, wire::Gather(), qp.attrs.dest_ip);
+    Transmit(&qp, p, wire::Gather(), qp.attrs.dest_ip);
     return;
   }
 

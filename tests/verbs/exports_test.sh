@@ -28,8 +28,10 @@ default_symbols() {
 default_symbols "$real" > "$tmp/real.syms"
 # rdmaemu's own extension node (rdmaemu/rdmaemu.h) is ours alone.
 default_symbols "$ours" | grep -v '@@RDMAEMU_' > "$tmp/ours.syms"
-grep -q '^rdmaemu_set_port_state@@RDMAEMU_1.0 ' <(default_symbols "$ours") ||
-  fail "rdmaemu_set_port_state@@RDMAEMU_1.0 is not exported"
+for sym in rdmaemu_set_port_state rdmaemu_query_counters rdmaemu_query_qp_counters; do
+  grep -q "^$sym@@RDMAEMU_1.0 " <(default_symbols "$ours") ||
+    fail "$sym@@RDMAEMU_1.0 is not exported"
+done
 echo "rdma-core exports $(wc -l < "$tmp/real.syms") default-version symbols; ours $(wc -l < "$tmp/ours.syms")"
 
 names() { sed 's/@@.*//' "$1" | sort -u; }

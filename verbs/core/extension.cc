@@ -1,7 +1,45 @@
 // rdmaemu/rdmaemu.h: the emulated device's own verbs extension.
 #include "rdmaemu/rdmaemu.h"
 
+#include <cstddef>
+#include <cstring>
+
+#include "emulator/engine/counters.h"
 #include "provider/provider.h"
+
+namespace {
+
+// The C struct carries exactly the engine's counter list, in its order.
+#define RDMAEMU_CHECK_FIELD(name, text) \
+  static_assert(sizeof(rdmaemu_counters::name) == sizeof(uint64_t), #name " missing");
+RDMAEMU_COUNTERS(RDMAEMU_CHECK_FIELD)
+#undef RDMAEMU_CHECK_FIELD
+#define RDMAEMU_ONE(name, text) +1
+constexpr size_t kCounterCount = 0 RDMAEMU_COUNTERS(RDMAEMU_ONE);
+#undef RDMAEMU_ONE
+static_assert(sizeof(rdmaemu_counters) == offsetof(rdmaemu_counters, packets_sent) + 8 * kCounterCount,
+              "struct rdmaemu_counters and RDMAEMU_COUNTERS disagree");
+
+constexpr size_t kCounterHeader = offsetof(rdmaemu_counters, packets_sent);
+
+// Copies what fits in the caller's `size` (see rdmaemu.h) and says so.
+int Fill(const rdmaemu::engine::CounterValues& v, rdmaemu_counters* out) {
+  rdmaemu_counters full{};
+#define RDMAEMU_COPY(name, text) full.name = v.name;
+  RDMAEMU_COUNTERS(RDMAEMU_COPY)
+#undef RDMAEMU_COPY
+  // Whole fields only: a caller's struct ends on a field boundary.
+  size_t n = std::min<size_t>(out->size, sizeof(full));
+  n = kCounterHeader + (n - kCounterHeader) / 8 * 8;
+  full.size = static_cast<uint32_t>(n);
+  full.reserved = 0;
+  std::memcpy(out, &full, n);
+  return 0;
+}
+
+bool SizeOk(const rdmaemu_counters* c) { return c != nullptr && c->size >= kCounterHeader; }
+
+}  // namespace
 
 extern "C" {
 
@@ -12,6 +50,18 @@ int rdmaemu_set_port_state(ibv_context* context, uint8_t port_num, ibv_port_stat
 int rdmaemu_raise_async_event(ibv_context* context, const ibv_async_event* event) {
   if (event == nullptr) return EINVAL;
   return rdmaemu::provider::RaiseAsyncEvent(context, *event);
+}
+
+int rdmaemu_query_counters(ibv_context* context, uint8_t port_num, rdmaemu_counters* counters) {
+  if (context == nullptr || !SizeOk(counters)) return EINVAL;
+  auto v = rdmaemu::provider::QueryCounters(context, port_num);
+  if (!v.ok()) return v.status().code();
+  return Fill(*v, counters);
+}
+
+int rdmaemu_query_qp_counters(ibv_qp* qp, rdmaemu_counters* counters) {
+  if (qp == nullptr || !SizeOk(counters)) return EINVAL;
+  return Fill(rdmaemu::provider::QueryQpCounters(qp), counters);
 }
 
 }  // extern "C"

@@ -29,6 +29,49 @@ int rdmaemu_set_port_state(struct ibv_context *context, uint8_t port_num,
 int rdmaemu_raise_async_event(struct ibv_context *context,
 			      const struct ibv_async_event *event);
 
+/* Counters of a device, a port or a QP. Set `size` to
+ * sizeof(struct rdmaemu_counters) before the call: the library fills the
+ * fields that fit in `size` bytes and sets `size` to the bytes it filled, so
+ * a program built against an older header (fewer fields) keeps working and
+ * a newer one learns which fields an older library filled. New fields are
+ * only ever appended.
+ *
+ * Packets and bytes are RoCEv2 packets as they cross the UDP socket (bytes
+ * from the BTH to the ICRC). A QP counts what reached it or left it; a port
+ * counts everything that crossed it, including packets no QP accepted. */
+struct rdmaemu_counters {
+	uint32_t size;			/* in: the caller's size; out: bytes filled */
+	uint32_t reserved;
+	uint64_t packets_sent;
+	uint64_t bytes_sent;
+	uint64_t packets_received;
+	uint64_t bytes_received;
+	uint64_t retransmissions;	/* request packets sent again */
+	uint64_t timeouts;		/* transport timer expiries */
+	uint64_t rnr_naks_sent;
+	uint64_t rnr_naks_received;
+	uint64_t out_of_sequence;	/* PSN past the expected one */
+	uint64_t duplicates;		/* duplicate requests */
+	uint64_t dropped_malformed;
+	uint64_t dropped_icrc;		/* ICRC mismatch */
+	uint64_t dropped_pkey;		/* P_Key violation */
+	uint64_t dropped_qkey;		/* Q_Key violation (UD) */
+	uint64_t rkey_violations;	/* requests NAKed: rkey, bounds, access */
+	uint64_t dropped_unknown_qpn;
+	uint64_t dropped_bad_state;	/* wrong QP state, transport or source */
+	uint64_t dropped_no_receive;	/* UD/UC: no receive WQE */
+	uint64_t dropped_port_down;
+};
+
+/* A port's counters, or with port_num 0 the whole device's (the sum of its
+ * ports). EINVAL: no such port, or `size` smaller than the two header
+ * fields. */
+int rdmaemu_query_counters(struct ibv_context *context, uint8_t port_num,
+			   struct rdmaemu_counters *counters);
+
+/* A QP's counters, since it was created. EINVAL as above. */
+int rdmaemu_query_qp_counters(struct ibv_qp *qp, struct rdmaemu_counters *counters);
+
 #ifdef __cplusplus
 }
 #endif
