@@ -1,7 +1,8 @@
 // The semantics of ibv_get_cq_event(3) and ibv_get_async_event(3), through
 // the public verbs API with real traffic: RC QPs of one process connected to
 // each other over the engine. The BUILD runs this binary once per engine
-// backend (RDMAEMU_ENGINE=uring and =epoll).
+// backend: RDMAEMU_TEST_ENGINE=uring or =epoll becomes RDMAEMU_ENGINE before
+// any test runs, so a suite-wide --test_env=RDMAEMU_ENGINE=... leaves it be.
 //
 // Waits are measured, not slept: a destroy is "blocked" when its thread is
 // asleep in the kernel and has not returned, and "prompt" is the time from
@@ -41,6 +42,16 @@ using Clock = std::chrono::steady_clock;
 // Generous for a loaded 2-core machine under TSan; an ack-driven wake-up
 // takes microseconds, a destroy that polls on a timer would take longer.
 constexpr auto kPrompt = 500ms;
+
+class PinEngine : public ::testing::Environment {
+ public:
+  // Runs on the main thread before any test, while no other thread exists.
+  void SetUp() override {
+    if (const char* engine = std::getenv("RDMAEMU_TEST_ENGINE")) ::setenv("RDMAEMU_ENGINE", engine, 1);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kPinEngine =
+    ::testing::AddGlobalTestEnvironment(new PinEngine);
 
 // --- readiness, three ways ---------------------------------------------------
 
@@ -265,8 +276,10 @@ struct Pair {
 class EventSemanticsTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    const char* pinned = std::getenv("RDMAEMU_TEST_ENGINE");
     const char* engine = std::getenv("RDMAEMU_ENGINE");
-    ASSERT_NE(engine, nullptr) << "the BUILD picks the engine for each run";
+    ASSERT_TRUE(pinned != nullptr && engine != nullptr) << "the BUILD picks the engine for each run";
+    ASSERT_STREQ(engine, pinned);
     list_ = ibv_get_device_list(nullptr);
     ASSERT_NE(list_, nullptr);
     ctx_ = ibv_open_device(list_[0]);
