@@ -7,6 +7,7 @@
 #include <ctime>
 
 #include "emulator/base/log.h"
+#include "emulator/control/server.h"
 #include "emulator/device/attributes.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
@@ -192,6 +193,8 @@ Result<verbs_context*> AllocContext(int index) {
 void StartContext(verbs_context* vctx) {
   Context* ctx = reinterpret_cast<Context*>(vctx);
   ctx->listener_id = ctx->device->AddListener([ctx](const device::AsyncEvent& e) { Deliver(ctx, e); });
+  // A process with a device open answers `rdmaemu port|event|list|...`.
+  control::EnsureServer();
 }
 
 void FreeContext(verbs_context* vctx) {

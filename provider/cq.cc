@@ -186,6 +186,14 @@ Result<ibv_cq_ex*> CreateCq(ibv_context* context, const ibv_cq_init_attr_ex& att
   cq->ibv.read_cvlan = ReadCvlan;
   cq->ibv.read_flow_tag = ReadFlowTag;
   cq->ibv.read_tm_info = ReadTmInfo;
+  auto number = ToContext(context)->device->directory().Add(objects::ObjectKind::kCq,
+                                                            reinterpret_cast<uint64_t>(base));
+  if (!number.ok()) {
+    Log().warn("ibv_create_cq: {}", number.status().message());
+    delete cq;
+    return number.status();
+  }
+  cq->number = *number;
   return &cq->ibv;
 }
 
@@ -210,6 +218,9 @@ int DetachCq(ibv_cq* ibv) {
     Log().warn("ibv_destroy_cq: {} QP(s) still complete into this CQ; destroy them first", users);
     return EBUSY;
   }
+  // From here no control-plane event can name it (Remove waits for one
+  // being raised), so the queued events libibverbs discards next are all.
+  ToContext(ibv->context)->device->directory().Remove(objects::ObjectKind::kCq, ToCq(ibv)->number);
   return 0;
 }
 

@@ -47,6 +47,7 @@ struct Cq {
   // lock that makes one start..end sequence exclusive, as rxe's provider does.
   std::mutex poll_mu;
   objects::Cqe current;
+  uint32_t number = 0;  // in the device's directory (the control plane's name)
 };
 
 // The ibv_wr_* batch of a QP created with send_ops_flags (qp_ex.cc).
@@ -69,6 +70,7 @@ struct Srq {
   ibv_srq ibv;  // must be first
   std::shared_ptr<engine::Srq> srq;
   std::atomic<int> users{0};  // QPs receiving through it
+  uint32_t number = 0;  // in the device's directory (the control plane's name)
 };
 
 struct Ah {

@@ -390,6 +390,18 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   ++ToCq(attr->send_cq)->users;
   ++ToCq(attr->recv_cq)->users;
   ctx->engine->AddQp(qp->qp);
+  // `rdmaemu list` shows it by QPN with its type and current state.
+  engine::Qp* eqp = qp->qp.get();
+  const objects::QpType type = qp->type;
+  auto listed = ctx->device->directory().Add(
+      objects::ObjectKind::kQp, reinterpret_cast<uint64_t>(&q),
+      [eqp, type] {
+        std::lock_guard lock(eqp->mu);
+        return fmt::format("{} {}", objects::ToString(type),
+                           objects::ToString(static_cast<objects::QpState>(eqp->attrs.state)));
+      },
+      *qpn);
+  if (!listed.ok()) Log().error("ibv_create_qp qp#{}: {}", *qpn, listed.status().message());
   Log().debug("{} qp#{}: created {} QP", ctx->device->name(), *qpn, objects::ToString(qp->type));
   return &q;
 }
@@ -525,6 +537,8 @@ int QueryQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init_att
 }
 
 int DetachQp(ibv_qp* ibv) {
+  // No control-plane event names it after this (see DetachCq).
+  ToContext(ibv->context)->device->directory().Remove(objects::ObjectKind::kQp, ibv->qp_num);
   ToContext(ibv->context)->engine->RemoveQp(ibv->qp_num);
   return 0;
 }

@@ -48,6 +48,16 @@ Result<ibv_srq*> CreateSrq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   srq->ibv.events_completed = 0;
   srq->srq = std::make_shared<engine::Srq>(ToPd(pd)->handle, a.max_wr, a.max_sge,
                                            reinterpret_cast<uint64_t>(&srq->ibv));
+  auto number = ToContext(pd->context)->device->directory().Add(objects::ObjectKind::kSrq,
+                                                                reinterpret_cast<uint64_t>(&srq->ibv));
+  if (!number.ok()) {
+    Log().warn("ibv_create_srq: {}", number.status().message());
+    pthread_mutex_destroy(&srq->ibv.mutex);
+    pthread_cond_destroy(&srq->ibv.cond);
+    delete srq;
+    return number.status();
+  }
+  srq->number = *number;
   ++ToPd(pd)->users;
   return &srq->ibv;
 }
@@ -90,6 +100,8 @@ int DetachSrq(ibv_srq* ibv) {
     Log().warn("ibv_destroy_srq: {} QP(s) still use this SRQ; destroy them first", users);
     return EBUSY;
   }
+  // No control-plane event names it after this (see DetachCq).
+  ToContext(ibv->context)->device->directory().Remove(objects::ObjectKind::kSrq, ToSrq(ibv)->number);
   return 0;
 }
 

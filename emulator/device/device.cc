@@ -252,4 +252,13 @@ Result<std::shared_ptr<Device>> Registry::Acquire(int index) {
   return dev;
 }
 
+std::vector<std::shared_ptr<Device>> Registry::OpenDevices() {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<Device>> out;
+  for (const auto& weak : open_) {
+    if (auto dev = weak.lock()) out.push_back(std::move(dev));
+  }
+  return out;
+}
+
 }  // namespace rdmaemu::device

@@ -25,6 +25,7 @@
 #include "emulator/base/status.h"
 #include "emulator/device/config.h"
 #include "emulator/net/udp_socket.h"
+#include "emulator/objects/directory.h"
 #include "emulator/objects/mr.h"
 
 namespace rdmaemu::device {
@@ -118,6 +119,8 @@ class Device {
   Result<net::UdpSocket> TakeSocket(int port);
 
   objects::MrTable& mrs() { return mrs_; }
+  // The device's QPs, CQs, SRQs and WQs by number, for the control plane.
+  objects::Directory& directory() { return directory_; }
 
  private:
   struct Port {
@@ -141,6 +144,7 @@ class Device {
   int next_listener_id_ = 1;
 
   objects::MrTable mrs_;
+  objects::Directory directory_;
 };
 
 // The devices of this process: the configuration, read once, and the Device
@@ -155,6 +159,8 @@ class Registry {
   static uint64_t GuidFor(const std::string& name, int index);
   // Opens (or shares) configured device `index`.
   Result<std::shared_ptr<Device>> Acquire(int index);
+  // The devices open in this process now, in configuration order.
+  std::vector<std::shared_ptr<Device>> OpenDevices();
 
  private:
   std::mutex mu_;
