@@ -313,6 +313,8 @@ void SyncEngineState(Qp& qp) {
     qp.attrs.state = qp.attrs.cur_state = state;
     qp.ibv.qp_base.state = static_cast<ibv_qp_state>(state);
   }
+  // The engine clears sq_draining once the started WQEs have completed.
+  qp.attrs.sq_draining = state == objects::QpState::kSqd && qp.qp->sq_draining;
 }
 
 }  // namespace
@@ -458,6 +460,10 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
     t.rnr_retry = qp->attrs.rnr_retry;
     t.min_rnr_timer = qp->attrs.min_rnr_timer;
     t.max_rd_atomic = qp->attrs.max_rd_atomic;
+    t.sqd_notify = qp->attrs.en_sqd_async_notify;
+    if (qp->attrs.sq_draining && !eqp.sq_draining) eqp.sqd_admit = eqp.sq.size();
+    eqp.sq_draining = qp->attrs.sq_draining;
+    if (!eqp.sq_draining) eqp.sqd_admit = 0;
     if (mask & IBV_QP_SQ_PSN) {
       eqp.next_send_psn = qp->attrs.sq_psn;
       eqp.last_acked_psn = (qp->attrs.sq_psn - 1) & 0xffffff;
@@ -478,6 +484,11 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
     }
   }
   ibv->state = static_cast<ibv_qp_state>(qp->attrs.state);
+  // Entering SQD lets the engine find the queue drained (and raise
+  // SQ_DRAINED); returning to RTS resumes the WQEs posted meanwhile.
+  if (qp->attrs.state == objects::QpState::kSqd || qp->attrs.state == objects::QpState::kRts) {
+    ctx->engine->Doorbell(eqp.qpn);
+  }
   if (qp->attrs.state == objects::QpState::kErr && before != objects::QpState::kErr) {
     engine::FlushQp(eqp);
     if (eqp.srq) {

@@ -104,6 +104,7 @@ void FlushLocked(Qp& qp, std::vector<std::pair<objects::Cq*, objects::Cqe>>& out
   qp.sq.clear();
   qp.rq.clear();
   qp.sq_outstanding = 0;
+  qp.sqd_admit = 0;
   qp.in_send = false;
   qp.in_write = false;
   qp.write_mr.reset();

@@ -105,9 +105,13 @@ class Engine : public net::LoopHandler {
 
   // requester.cc
   void Progress(Qp& qp, Clock::time_point now);
-  void AdmitWqes(Qp& qp, Clock::time_point now);
+  // Starts at most `limit` posted WQEs; returns how many it started.
+  size_t AdmitWqes(Qp& qp, Clock::time_point now, size_t limit);
   void SendRequest(Qp& qp, Inflight& f, uint32_t psn);
   void RetransmitFrom(Qp& qp, uint32_t psn, Clock::time_point now);
+  // In SQD with nothing started left: clears sq_draining and raises
+  // SQ_DRAINED if the QP asked for it.
+  void CheckDrained(Qp& qp);
 
   // completer.cc
   void OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_point now);

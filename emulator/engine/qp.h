@@ -52,6 +52,7 @@ struct TransportAttrs {
   uint8_t rnr_retry = 0;     // 7 = retry forever
   uint8_t min_rnr_timer = 0;
   uint8_t max_rd_atomic = 1;
+  bool sqd_notify = false;   // en_sqd_async_notify: raise SQ_DRAINED once drained
 };
 
 // A send WQE the requester has started: its PSNs and progress.
@@ -128,6 +129,12 @@ struct Qp {
   bool rnr_waiting = false;
 
   bool comm_est = false;         // COMM_EST raised since the QP entered RTR
+  // SQD: set by the modify to SQD, cleared by the engine once every started
+  // WQE has completed (IBA 10.3.1.3, ibv_qp_attr.sq_draining).
+  bool sq_draining = false;
+  // WQEs posted before the modify to SQD: their doorbell was rung, so they
+  // count as started (a NIC has fetched them) and are still admitted.
+  size_t sqd_admit = 0;
 
   // Responder.
   uint32_t epsn = 0;             // expected request PSN
