@@ -263,6 +263,12 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
       if (rc) {
         Count(&qp, &Counters::rnr_naks_sent);
         SendAck(qp, psn, wire::RnrNakSyndrome(qp.attrs.min_rnr_timer));
+        // An ONLY packet opened the write above: close it again, or its
+        // retry would be refused as out of the opcode sequence.
+        if (packet.Has(wire::kFirstMask)) {
+          qp.in_write = false;
+          qp.write_mr.reset();
+        }
       } else {
         Count(&qp, &Counters::dropped_no_receive);
         qp.in_write = false;
