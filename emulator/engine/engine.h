@@ -125,6 +125,8 @@ class Engine : public net::LoopHandler {
   // responder.cc
   void OnRequest(Qp& qp, const wire::PacketView& packet);
   void SendAck(Qp& qp, uint32_t psn, uint8_t syndrome);
+  // RNR NAK for `psn` (no receive WQE): the requester retries it later.
+  void SendRnrNak(Qp& qp, uint32_t psn);
   void ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std::string& why);
   void AnswerRead(Qp& qp, const ReplayEntry& r, uint32_t from_psn);
 

@@ -139,7 +139,7 @@ struct Qp {
   // Responder.
   uint32_t epsn = 0;             // expected request PSN
   uint32_t msn = 0;              // message sequence number
-  bool nak_sent = false;         // one sequence-error NAK per gap
+  bool nak_sent = false;         // one NAK (sequence error or RNR) per gap
   bool uc_resync = false;        // UC: drop until the next FIRST or ONLY
   bool in_send = false;          // a multi-packet SEND is being received
   RecvWqe recv;                  // its receive WQE

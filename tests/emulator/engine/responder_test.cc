@@ -196,6 +196,37 @@ TEST_F(ResponderTest, SendWithoutReceiveGetsRnrNakWithMinRnrTimerThenRetryIsAcce
   EXPECT_EQ(std::memcmp(recv_->data.data(), data.data(), data.size()), 0);
 }
 
+// The packets a requester pipelined behind an RNR NAKed one are silently
+// dropped: the RNR NAK already sends the requester back to its PSN, and a
+// sequence NAK on top would cost it a transport retry for every RNR round,
+// failing a QP with rnr_retry=7 (forever) with RETRY_EXC_ERR instead (the
+// soak test found this while the receiver was slow to repost).
+TEST_F(ResponderTest, PacketsBehindAnRnrNakGetNoSequenceNak) {
+  RcParams p;
+  p.min_rnr_timer = 14;
+  ibv_qp* qp = emu_.ConnectedQp(p);
+  ASSERT_NE(qp, nullptr);
+  const uint64_t oos_before = Counters().out_of_sequence;
+  for (int round = 0; round < 3; ++round) {
+    for (uint32_t psn = 100; psn <= 102; ++psn) SendOnly(qp, psn, Pattern(16, psn));
+    ExpectAck(100, wire::RnrNakSyndrome(14));
+    ExpectSilence(100ms);
+  }
+  EXPECT_EQ(Counters().out_of_sequence - oos_before, 6u);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(emu_.PostRecv(qp, 30 + i, *recv_, i * 64, 64), 0);
+  for (uint32_t psn = 100; psn <= 102; ++psn) {
+    SendOnly(qp, psn, Pattern(16, psn));
+    ExpectAck(psn, wire::AckSyndrome(), psn - 99);
+  }
+  auto wcs = emu_.PollAll(100ms);
+  ASSERT_EQ(wcs.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(wcs[i].wr_id, 30u + i);
+  // A later gap still gets its sequence NAK.
+  ASSERT_EQ(emu_.PostRecv(qp, 40, *recv_, 0, 64), 0);
+  SendOnly(qp, 104, Pattern(4, 0));
+  ExpectAck(103, wire::NakSyndrome(NakCode::kPsnSequenceError));
+}
+
 // ---------------------------------------------------------------- protection
 
 class WriteProtectionTest : public ResponderTest {
