@@ -29,7 +29,10 @@ struct Options {
   std::string device;              // empty: the first device
   int gid_index = 0;
   unsigned timeout_s = 300;
-  uint8_t qp_timeout = 14;         // RC local ACK timeout exponent (4.096 us * 2^n)
+  uint8_t qp_timeout = 14;
+  // Self-test of the checks: the client alters one byte of the first
+  // SEND/WRITE payload at or after this message (UINT32_MAX: never).
+  uint32_t flip_byte_at = UINT32_MAX;         // RC local ACK timeout exponent (4.096 us * 2^n)
   Params params;                   // client: what the run does (sent to the server)
 };
 

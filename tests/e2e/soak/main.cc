@@ -34,6 +34,8 @@ constexpr const char* kUsage = R"(usage: soak server|client [options]
   --gid-index N       GID index (0)
   --qp-timeout N      RC local ACK timeout exponent, 4.096 us * 2^N (14)
   --timeout SECONDS   give up after this long (300)
+  --flip-byte N       self-test: alter one byte of the first SEND/WRITE payload at or
+                      after message N, which the server must report (RC client)
 )";
 
 [[noreturn]] void Usage(const std::string& why) {
@@ -97,6 +99,8 @@ Options Parse(int argc, char** argv) {
       o.gid_index = static_cast<int>(Number(flag, v, 0, 255));
     } else if (flag == "--qp-timeout") {
       o.qp_timeout = static_cast<uint8_t>(Number(flag, v, 1, 31));
+    } else if (flag == "--flip-byte") {
+      o.flip_byte_at = static_cast<uint32_t>(Number(flag, v, 0, UINT32_MAX - 1));
     } else if (flag == "--timeout") {
       o.timeout_s = static_cast<unsigned>(Number(flag, v, 1, 86400));
     } else {

@@ -87,6 +87,7 @@ class Client {
   uint64_t slot_bytes_ = 0;
   uint32_t next_post_ = 0, next_complete_ = 0;
   int64_t credited_ = -1;  // the last batch the server has checked
+  bool flipped_ = false;   // --flip-byte has altered its byte
 };
 
 bool Client::MayPost(uint32_t i) const {
@@ -128,6 +129,11 @@ void Client::Prepare(const Message& m, ibv_send_wr& wr, ibv_sge* sges) {
     wr.wr.rdma.rkey = server_.read_rkey;
   } else {
     FillPayload(plan_->params().seed, m.index, buf, m.size);
+    if (!flipped_ && m.index >= o_.flip_byte_at && m.size > 0) {
+      buf[m.size / 2] ^= 0x40;
+      fmt::print(stderr, "soak[client]: self-test: altered byte {} of {}\n", m.size / 2, Describe(m));
+      flipped_ = true;
+    }
     if (IsWrite(m.kind)) {
       wr.wr.rdma.remote_addr = server_.write_addr + m.remote_offset;
       wr.wr.rdma.rkey = server_.write_rkey;
