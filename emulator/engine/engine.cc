@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -12,6 +13,8 @@
 #include "emulator/base/log.h"
 #include "emulator/capture/capture.h"
 #include "emulator/engine/internal.h"
+#include "emulator/fault/parse.h"
+#include "emulator/fault/shaper.h"
 #include "emulator/objects/mr.h"
 #include "emulator/wire/icrc.h"
 #include "emulator/wire/psn.h"
@@ -45,6 +48,50 @@ void WriteGrh(uint8_t* grh, uint32_t src_ip, uint32_t dst_ip, size_t udp_payload
   for (int i = 0; i < 20; i += 2) sum += LoadBe16(ip + i);
   while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
   StoreBe16(ip + 10, static_cast<uint16_t>(~sum));
+}
+
+// Each port's rate for the fault rule rate=auto: its speed x width.
+std::vector<uint64_t> AutoRates(const device::Device& device) {
+  std::vector<uint64_t> rates;
+  for (int port = 1; port <= device.num_ports(); ++port) {
+    const device::PortAttr attr = device.QueryPort(port);
+    rates.push_back(fault::PortRateBps(attr.width, attr.speed));
+  }
+  return rates;
+}
+
+// Reads RDMAEMU_FAULTS into the injector. A device named in a rule must be
+// one the configuration has (a typo would silently match nothing).
+Status FaultsFromEnvironment(fault::Injector& faults) {
+  const char* v = std::getenv("RDMAEMU_FAULTS");
+  if (v == nullptr || *v == '\0') return Status::Ok();
+  auto set = fault::ParseRules(v);
+  if (!set.ok()) return InvalidArgument(fmt::format("RDMAEMU_FAULTS: {}", set.status().message()));
+  auto config = device::Registry::Get().config();
+  if (config.ok()) {
+    std::vector<std::string> names;
+    for (const auto& d : (*config)->devices) names.push_back(d.name);
+    auto known = [&](const std::optional<std::string>& dev) {
+      return !dev || std::find(names.begin(), names.end(), *dev) != names.end();
+    };
+    auto unknown = [&](const std::string& rule, const std::string& dev) {
+      return InvalidArgument(fmt::format("RDMAEMU_FAULTS: \"{}\": dev={}: no such device (configured: {})",
+                                         rule, dev, fmt::join(names, ", ")));
+    };
+    for (const auto& r : set->rules) {
+      if (!known(r.filter.device)) return unknown(fault::ToString(r), *r.filter.device);
+    }
+    for (const auto& sh : set->shaping) {
+      if (!known(sh.device)) return unknown(fault::ToString(sh), *sh.device);
+    }
+  }
+  if (Status s = faults.Add(v); !s.ok()) {
+    return InvalidArgument(fmt::format("RDMAEMU_FAULTS: {}", s.message()));
+  }
+  if (faults.active()) {
+    Log().info("fault rules from RDMAEMU_FAULTS:\n{}", faults.List());
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -120,7 +167,8 @@ void FlushQp(Qp& qp) {
   }
 }
 
-Engine::Engine(std::shared_ptr<device::Device> device) : device_(std::move(device)) {}
+Engine::Engine(std::shared_ptr<device::Device> device)
+    : device_(std::move(device)), faults_(device_->name(), AutoRates(*device_)) {}
 
 Engine::~Engine() {
   if (loop_) loop_->Stop();
@@ -131,10 +179,11 @@ Engine::~Engine() {
 Result<std::shared_ptr<Engine>> Engine::Start(std::shared_ptr<device::Device> device) {
   auto backend = BackendFromEnvironment();
   if (!backend.ok()) return backend.status();
+  std::shared_ptr<Engine> engine(new Engine(device));
+  if (Status s = FaultsFromEnvironment(engine->faults_); !s.ok()) return s;
   if (Status s = capture::StartFromEnvironment(); !s.ok()) return s;
   auto socket = device->TakeSocket(1);
   if (!socket.ok()) return socket.status();
-  std::shared_ptr<Engine> engine(new Engine(std::move(device)));
   engine->local_ip_ = ntohl(socket->address().sin_addr.s_addr);
   engine->udp_port_ = ntohs(socket->address().sin_port);
   engine->packet_.resize(wire::kMaxPacketBytes);
@@ -211,6 +260,8 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
     rung.swap(pending_);
   }
   auto access = device_->mrs().AccessGuard();
+  // Packets the fault rules held back that are due now.
+  faults_.Flush(now, *this);
   for (uint32_t qpn : rung) {
     if (auto qp = FindQp(qpn)) {
       std::lock_guard lock(qp->mu);
@@ -243,6 +294,8 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
       if (!next || qp->timeout_at < *next) next = qp->timeout_at;
     }
   }
+  // Again, for what the work above sent: it may be held back too.
+  if (auto at = faults_.Flush(Clock::now(), *this); at && (!next || *at < *next)) next = at;
   return next;
 }
 
@@ -262,10 +315,34 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields, wire::Gather pay
   to.sin_family = AF_INET;
   to.sin_addr.s_addr = dst_ip;
   to.sin_port = htons(udp_port_);
-  SendDatagram(to, std::span<const uint8_t>(packet_.data(), *len));
-  Count(qp, &Counters::packets_sent);
-  Count(qp, &Counters::bytes_sent, *len);
+  // The QP counts what it transmitted; the port what crossed the socket
+  // (SendNow), which fault rules may make more or less.
+  if (qp != nullptr) {
+    CountOnQp(*qp, &Counters::packets_sent);
+    CountOnQp(*qp, &Counters::bytes_sent, *len);
+  }
+  std::span<uint8_t> bytes(packet_.data(), *len);
+  if (!faults_.active()) {
+    SendNow(to, bytes);
+    return;
+  }
+  fault::PacketMeta meta;
+  meta.dir = fault::kTx;
+  meta.port = 1;
+  meta.local_qpn = qp != nullptr ? qp->qpn : 0;
+  meta.dst_qpn = fields.bth.dest_qpn;
+  meta.psn = fields.bth.psn;
+  meta.opcode = static_cast<uint8_t>(fields.opcode);
+  faults_.Egress(meta, bytes, to, Clock::now(), *this);
 }
+
+void Engine::SendNow(const sockaddr_in& to, std::span<const uint8_t> bytes) {
+  SendDatagram(to, bytes);
+  Count(nullptr, &Counters::packets_sent);
+  Count(nullptr, &Counters::bytes_sent, bytes.size());
+}
+
+void Engine::Deliver(const net::Datagram& datagram) { ReceiveDatagram(datagram, Clock::now()); }
 
 void Engine::SendDatagram(const sockaddr_in& to, std::span<const uint8_t> bytes) {
   capture::Record({local_ip_, ntohl(to.sin_addr.s_addr), udp_port_, ntohs(to.sin_port)}, bytes);
@@ -446,75 +523,94 @@ void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
       Count(nullptr, &Counters::dropped_port_down);
       continue;
     }
-    auto packet = wire::ParsePacket(d.data);
-    if (!packet.ok()) {
-      Count(nullptr, &Counters::dropped_malformed);
-      RDMAEMU_WARN_LIMITED("dropped a malformed packet from {}: {}", net::ToString(d.src),
-                           packet.status().message());
+    // Fault rules see what the BTH says; anything shorter goes on to be
+    // dropped as malformed.
+    if (!faults_.active() || d.data.size() < wire::kBthBytes) {
+      ReceiveDatagram(d, now);
       continue;
     }
-    wire::IcrcAddressing addr{ntohl(d.src.sin_addr.s_addr), ntohl(d.dst.s_addr),
-                              ntohs(d.src.sin_port), udp_port_};
-    if (Status s = wire::CheckIcrc(addr, d.data); !s.ok()) {
-      Count(nullptr, &Counters::dropped_icrc);
-      Log().debug("dropped a packet from {}: {}", net::ToString(d.src), s.message());
-      continue;
-    }
-    if (packet->bth().pkey() != wire::kDefaultPkey) {
-      Count(nullptr, &Counters::dropped_pkey);
-      continue;
-    }
-    auto qp = FindQp(packet->dest_qpn());
-    if (!qp) {
-      Count(nullptr, &Counters::dropped_unknown_qpn);
-      Log().debug("dropped a packet for unknown qp#{} from {}", packet->dest_qpn(),
-                  net::ToString(d.src));
-      continue;
-    }
-    // From here on the packet is the QP's.
-    CountOnQp(*qp, &Counters::packets_received);
-    CountOnQp(*qp, &Counters::bytes_received, d.data.size());
-    const wire::Transport t = packet->info().transport;
-    const bool type_ok = (t == wire::Transport::kUd && qp->type == QpType::kUd) ||
-                         (t == wire::Transport::kRc && qp->type == QpType::kRc) ||
-                         (t == wire::Transport::kUc && qp->type == QpType::kUc);
-    if (!type_ok) {
+    const wire::ConstBthView bth(d.data);
+    fault::PacketMeta meta;
+    meta.dir = fault::kRx;
+    meta.port = 1;
+    meta.local_qpn = meta.dst_qpn = bth.dest_qpn();
+    meta.psn = bth.psn();
+    meta.opcode = bth.opcode();
+    faults_.Ingress(meta, d, now, *this);
+  }
+}
+
+void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
+  auto packet = wire::ParsePacket(d.data);
+  if (!packet.ok()) {
+    Count(nullptr, &Counters::dropped_malformed);
+    RDMAEMU_WARN_LIMITED("dropped a malformed packet from {}: {}", net::ToString(d.src),
+                         packet.status().message());
+    return;
+  }
+  wire::IcrcAddressing addr{ntohl(d.src.sin_addr.s_addr), ntohl(d.dst.s_addr),
+                            ntohs(d.src.sin_port), udp_port_};
+  if (Status s = wire::CheckIcrc(addr, d.data); !s.ok()) {
+    Count(nullptr, &Counters::dropped_icrc);
+    Log().debug("dropped a packet from {}: {}", net::ToString(d.src), s.message());
+    return;
+  }
+  if (packet->bth().pkey() != wire::kDefaultPkey) {
+    Count(nullptr, &Counters::dropped_pkey);
+    return;
+  }
+  auto qp = FindQp(packet->dest_qpn());
+  if (!qp) {
+    Count(nullptr, &Counters::dropped_unknown_qpn);
+    Log().debug("dropped a packet for unknown qp#{} from {}", packet->dest_qpn(),
+                net::ToString(d.src));
+    return;
+  }
+  // From here on the packet is the QP's.
+  CountOnQp(*qp, &Counters::packets_received);
+  CountOnQp(*qp, &Counters::bytes_received, d.data.size());
+  const wire::Transport t = packet->info().transport;
+  const bool type_ok = (t == wire::Transport::kUd && qp->type == QpType::kUd) ||
+                       (t == wire::Transport::kRc && qp->type == QpType::kRc) ||
+                       (t == wire::Transport::kUc && qp->type == QpType::kUc);
+  if (!type_ok) {
+    Count(qp.get(), &Counters::dropped_bad_state);
+    RDMAEMU_WARN_LIMITED("qp#{}: dropped a {} packet: wrong transport for a {} QP", qp->qpn,
+                         packet->info().name, static_cast<int>(qp->type));
+    return;
+  }
+  if (qp->type == QpType::kUd) {
+    ReceiveUd(*qp, *packet, d);
+    return;
+  }
+  std::lock_guard lock(qp->mu);
+  const QpState state = qp->attrs.state;
+  // RC/UC packets come only from the connected peer.
+  if (d.src.sin_addr.s_addr != qp->attrs.dest_ip) {
+    Count(qp.get(), &Counters::dropped_bad_state);
+    return;
+  }
+  if (packet->Has(wire::kRequestMask)) {
+    if (state != QpState::kRtr && state != QpState::kRts && state != QpState::kSqd &&
+        state != QpState::kSqe) {
       Count(qp.get(), &Counters::dropped_bad_state);
-      RDMAEMU_WARN_LIMITED("qp#{}: dropped a {} packet: wrong transport for a {} QP", qp->qpn,
-                           packet->info().name, static_cast<int>(qp->type));
-      continue;
+      return;
     }
-    if (qp->type == QpType::kUd) {
-      ReceiveUd(*qp, *packet, d);
-      continue;
+    // The first packet a QP receives in RTR establishes communication.
+    if (state == QpState::kRtr && !qp->comm_est) {
+      qp->comm_est = true;
+      RaiseQpEvent(*qp, device::AsyncEventType::kCommEst);
     }
-    std::lock_guard lock(qp->mu);
-    const QpState state = qp->attrs.state;
-    // RC/UC packets come only from the connected peer.
-    if (d.src.sin_addr.s_addr != qp->attrs.dest_ip) {
+    if (ForcedError(*qp, *packet)) return;
+    OnRequest(*qp, *packet);
+  } else {
+    if (state != QpState::kRts && state != QpState::kSqd && state != QpState::kSqe) {
       Count(qp.get(), &Counters::dropped_bad_state);
-      continue;
+      return;
     }
-    if (packet->Has(wire::kRequestMask)) {
-      if (state != QpState::kRtr && state != QpState::kRts && state != QpState::kSqd &&
-          state != QpState::kSqe) {
-        Count(qp.get(), &Counters::dropped_bad_state);
-        continue;
-      }
-      // The first packet a QP receives in RTR establishes communication.
-      if (state == QpState::kRtr && !qp->comm_est) {
-        qp->comm_est = true;
-        RaiseQpEvent(*qp, device::AsyncEventType::kCommEst);
-      }
-      OnRequest(*qp, *packet);
-    } else {
-      if (state != QpState::kRts && state != QpState::kSqd && state != QpState::kSqe) {
-        Count(qp.get(), &Counters::dropped_bad_state);
-        continue;
-      }
-      OnResponse(*qp, *packet, now);
-      Progress(*qp, now);
-    }
+    if (ForcedError(*qp, *packet)) return;
+    OnResponse(*qp, *packet, now);
+    Progress(*qp, now);
   }
 }
 
@@ -525,6 +621,7 @@ void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagr
     Count(&qp, &Counters::dropped_bad_state);
     return;
   }
+  if (ForcedError(qp, packet)) return;
   if (packet.deth().qkey() != qp.attrs.qkey) {
     Count(&qp, &Counters::dropped_qkey);
     Log().debug("qp#{}: dropped a UD packet with Q_Key {:#x} (QP's is {:#x})", qp.qpn,
@@ -562,6 +659,73 @@ void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagr
   }
   cqe.timestamp_ns = NowNs();
   PushCqe(qp, qp.recv_cq, cqe);
+}
+
+namespace {
+
+fault::PacketMeta ReceivedMeta(const Qp& qp, const wire::PacketView& packet) {
+  fault::PacketMeta meta;
+  meta.dir = fault::kRx;
+  meta.port = qp.attrs.port;
+  meta.local_qpn = meta.dst_qpn = qp.qpn;
+  meta.psn = packet.psn();
+  meta.opcode = static_cast<uint8_t>(packet.opcode());
+  return meta;
+}
+
+std::string_view StateName(QpState s) {
+  static constexpr std::string_view kNames[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+  return kNames[static_cast<size_t>(s) % 7];
+}
+
+}  // namespace
+
+bool Engine::ForcedError(Qp& qp, const wire::PacketView& packet) {
+  if (!faults_.active()) return false;
+  auto forced = faults_.ForcedOnPacket(ReceivedMeta(qp, packet));
+  if (!forced) return false;
+  Log().warn("{} qp#{} {}→ERR: forced by the fault rule \"{}\" on a {} (PSN {:#x})",
+             device_->name(), qp.qpn, StateName(qp.attrs.state), forced->rule,
+             packet.info().name, packet.psn());
+  RaiseQpEvent(qp, device::AsyncEventType::kQpFatal);
+  EnterError(qp);
+  return true;
+}
+
+bool Engine::ForcedResponse(Qp& qp, const wire::PacketView& packet) {
+  if (!faults_.active()) return false;
+  auto forced = faults_.ForcedOnRequest(ReceivedMeta(qp, packet));
+  if (!forced) return false;
+  const uint32_t psn = packet.psn();
+  switch (forced->action) {
+    case fault::Action::kRnr:
+      Log().debug("{} qp#{}: RNR NAK for PSN {:#x} forced by the fault rule \"{}\"",
+                  device_->name(), qp.qpn, psn, forced->rule);
+      Count(&qp, &Counters::rnr_naks_sent);
+      SendAck(qp, psn, wire::RnrNakSyndrome(qp.attrs.min_rnr_timer));
+      return true;
+    case fault::Action::kNak:
+      if (forced->nak == wire::NakCode::kPsnSequenceError) {
+        // As for a real gap: the requester goes back to this PSN.
+        Log().debug("{} qp#{}: sequence error NAK for PSN {:#x} forced by the fault rule \"{}\"",
+                    device_->name(), qp.qpn, psn, forced->rule);
+        SendAck(qp, psn, wire::NakSyndrome(wire::NakCode::kPsnSequenceError));
+        qp.nak_sent = true;
+        return true;
+      }
+      ResponderError(qp, forced->nak, psn,
+                     fmt::format("forced by the fault rule \"{}\"", forced->rule));
+      return true;
+    case fault::Action::kError:
+      Log().warn("{} qp#{} {}→ERR: forced by the fault rule \"{}\" on a {} (PSN {:#x})",
+                 device_->name(), qp.qpn, StateName(qp.attrs.state), forced->rule,
+                 packet.info().name, psn);
+      RaiseQpEvent(qp, device::AsyncEventType::kQpFatal);
+      EnterError(qp);
+      return true;
+    default:
+      return false;
+  }
 }
 
 Result<std::shared_ptr<Engine>> AcquireEngine(int device_index) {

@@ -26,6 +26,7 @@
 #include "emulator/device/device.h"
 #include "emulator/engine/counters.h"
 #include "emulator/engine/qp.h"
+#include "emulator/fault/injector.h"
 #include "emulator/net/loop.h"
 #include "emulator/wire/packet.h"
 
@@ -35,9 +36,11 @@ namespace rdmaemu::engine {
 // (caller must not hold qp.mu).
 void FlushQp(Qp& qp);
 
-class Engine : public net::LoopHandler {
+class Engine : public net::LoopHandler, private fault::PacketSink {
  public:
   // Takes over the device's port-1 socket and starts the loop thread.
+  // RDMAEMU_FAULTS (fault rules, docs/faults.md) is read here: a bad rule
+  // fails the start (EINVAL) with a message naming it.
   static Result<std::shared_ptr<Engine>> Start(std::shared_ptr<device::Device> device);
   ~Engine() override;
 
@@ -56,6 +59,10 @@ class Engine : public net::LoopHandler {
   CounterValues counters() const;
   // One port's. EINVAL for a port the device lacks.
   Result<CounterValues> port_counters(int port) const;
+  // The device's fault rules and link shaping (rdmaemu.h, the control
+  // socket): add, clear, list, and what they did.
+  fault::Injector& faults() { return faults_; }
+  fault::FaultCounters fault_counters() const { return faults_.counters(); }
 
   // net::LoopHandler
   void OnDatagrams(std::span<const net::Datagram> batch) override;
@@ -68,9 +75,21 @@ class Engine : public net::LoopHandler {
   // engine.cc: UD and shared helpers.
   void ExecuteUdSend(Qp& qp, const SendWqe& wqe);
   void ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagram& dgram);
-  // Sends one packet for `qp` (counted on it) to its peer (RC/UC) or
-  // `dst_ip` (network order).
+  // Builds one packet for `qp` (counted on it) to its peer (RC/UC) or
+  // `dst_ip` (network order) and sends it, through the fault rules when
+  // any are active.
   void Transmit(Qp* qp, const wire::PacketFields& fields, wire::Gather payload, uint32_t dst_ip);
+  // fault::PacketSink. SendNow takes a packet past the fault rules to the
+  // socket (through SendDatagram, counted on the port); Deliver processes a
+  // received datagram past them through ReceiveDatagram.
+  void SendNow(const sockaddr_in& to, std::span<const uint8_t> bytes) override;
+  void Deliver(const net::Datagram& datagram) override;
+  void ReceiveDatagram(const net::Datagram& datagram, Clock::time_point now);
+  // Forced protocol events (fault rules rnr, nak, error); qp.mu held.
+  // ForcedError: true if an `error` rule moved the QP to ERR on this packet.
+  bool ForcedError(Qp& qp, const wire::PacketView& packet);
+  // True if an `rnr` or `nak` rule answered this new request message.
+  bool ForcedResponse(Qp& qp, const wire::PacketView& packet);
   // Bumps a counter of the port (the engine serves port 1's socket) and, if
   // given, of the QP. Relaxed: the data path pays one uncontended add each.
   void Count(Qp* qp, std::atomic<uint64_t> Counters::*c, uint64_t n = 1) {
@@ -135,6 +154,7 @@ class Engine : public net::LoopHandler {
   uint32_t local_ip_ = 0;  // host order
   uint16_t udp_port_ = 0;  // host order
   Counters ports_[2];  // per port; a device has at most 2
+  fault::Injector faults_;
 
   std::shared_mutex qps_mu_;
   std::unordered_map<uint32_t, std::shared_ptr<Qp>> qps_;  // guarded by qps_mu_

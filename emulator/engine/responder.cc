@@ -183,6 +183,9 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
                    fmt::format("{} out of the opcode sequence", packet.info().name));
     return;
   }
+  // Fault rules may answer a new request message in place of the responder
+  // (RNR NAK, a NAK, the QP to ERR): only RC has NAKs.
+  if (rc && packet.Has(wire::kFirstMask) && ForcedResponse(qp, packet)) return;
 
   if (is_send) {
     if (packet.Has(wire::kFirstMask)) {
