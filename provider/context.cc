@@ -231,6 +231,31 @@ Result<engine::CounterValues> QueryCounters(ibv_context* context, uint8_t port) 
   return e.port_counters(port);
 }
 
+int FaultAdd(ibv_context* context, const char* rules) {
+  Context* ctx = ToContext(context);
+  Status s = ctx->engine->faults().Add(rules);
+  if (!s.ok()) {
+    Log().warn("rdmaemu_fault_add: {}", s.message());
+    return s.code();
+  }
+  Log().info("{}: fault rules now:\n{}", ctx->device->name(), ctx->engine->faults().List());
+  return 0;
+}
+
+int FaultClear(ibv_context* context) {
+  ToContext(context)->engine->faults().Clear();
+  return 0;
+}
+
+int FaultList(ibv_context* context, char* buf, size_t len) {
+  const std::string text = ToContext(context)->engine->faults().List();
+  if (len == 0) return ERANGE;
+  const size_t n = std::min(text.size(), len - 1);
+  std::memcpy(buf, text.data(), n);
+  buf[n] = '\0';
+  return n < text.size() ? ERANGE : 0;
+}
+
 int RaiseAsyncEvent(ibv_context* context, const ibv_async_event& event) {
   using T = device::AsyncEventType;
   const int type = static_cast<int>(event.event_type);

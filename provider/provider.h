@@ -48,6 +48,11 @@ int RaiseAsyncEvent(ibv_context* context, const ibv_async_event& event);
 Result<engine::CounterValues> QueryCounters(ibv_context* context, uint8_t port);
 engine::CounterValues QueryQpCounters(ibv_qp* qp);
 
+// rdmaemu/rdmaemu.h: the device's fault rules (docs/faults.md).
+int FaultAdd(ibv_context* context, const char* rules);
+int FaultClear(ibv_context* context);
+int FaultList(ibv_context* context, char* buf, size_t len);
+
 // Verbs that are exported functions in libibverbs (no op slot of their own).
 int QueryGidEntry(ibv_context* context, uint32_t port, uint32_t index, ibv_gid_entry* entry);
 int QueryGidTableLength(ibv_context* context, uint32_t port);

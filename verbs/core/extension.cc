@@ -64,4 +64,19 @@ int rdmaemu_query_qp_counters(ibv_qp* qp, rdmaemu_counters* counters) {
   return Fill(rdmaemu::provider::QueryQpCounters(qp), counters);
 }
 
+int rdmaemu_fault_add(ibv_context* context, const char* rules) {
+  if (context == nullptr || rules == nullptr) return EINVAL;
+  return rdmaemu::provider::FaultAdd(context, rules);
+}
+
+int rdmaemu_fault_clear(ibv_context* context) {
+  if (context == nullptr) return EINVAL;
+  return rdmaemu::provider::FaultClear(context);
+}
+
+int rdmaemu_fault_list(ibv_context* context, char* buf, size_t len) {
+  if (context == nullptr || (buf == nullptr && len != 0)) return EINVAL;
+  return rdmaemu::provider::FaultList(context, buf, len);
+}
+
 }  // extern "C"

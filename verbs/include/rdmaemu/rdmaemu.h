@@ -7,6 +7,7 @@
 #define RDMAEMU_RDMAEMU_H
 
 #include <infiniband/verbs.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -71,6 +72,22 @@ int rdmaemu_query_counters(struct ibv_context *context, uint8_t port_num,
 
 /* A QP's counters, since it was created. EINVAL as above. */
 int rdmaemu_query_qp_counters(struct ibv_qp *qp, struct rdmaemu_counters *counters);
+
+/* Fault rules and link shaping on the context's device (the syntax of
+ * RDMAEMU_FAULTS, docs/faults.md), e.g. "drop=0.05,seed=7",
+ * "drop=#3@op=READ_RESPONSE", "rnr=#1@qpn=17", "rate=10gbps@port=1".
+ * rdmaemu_fault_add appends the rules (a seed replaces the current one);
+ * EINVAL for a rule that does not parse, with a log line naming the bad
+ * token, and then nothing changes. */
+int rdmaemu_fault_add(struct ibv_context *context, const char *rules);
+
+/* Removes every fault rule and shaping setting of the device. */
+int rdmaemu_fault_clear(struct ibv_context *context);
+
+/* Writes the active rules, one a line, with how many packets each matched,
+ * NUL-terminated into buf ("" when there are none). ERANGE when len is too
+ * small (buf then holds as much as fits, still NUL-terminated). */
+int rdmaemu_fault_list(struct ibv_context *context, char *buf, size_t len);
 
 #ifdef __cplusplus
 }
