@@ -87,6 +87,7 @@ void Deliver(Context* ctx, const device::AsyncEvent& e) {
 
 int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
                   ibv_device_attr_ex* attr, size_t attr_size) {
+  if (Status dead = DeadDevice(context, "ibv_query_device"); !dead.ok()) return dead.code();
   if (input != nullptr && input->comp_mask != 0) return EINVAL;
   if (attr_size < sizeof(ibv_device_attr)) return EINVAL;
   const device::Device& dev = *ToContext(context)->device;
@@ -134,6 +135,7 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
 }
 
 int QueryPort(ibv_context* context, uint8_t port, ibv_port_attr* attr, size_t attr_size) {
+  if (Status dead = DeadDevice(context, "ibv_query_port"); !dead.ok()) return dead.code();
   const device::Device& dev = *ToContext(context)->device;
   if (!dev.ValidPort(port)) {
     Log().warn("ibv_query_port: {} has no port {} (ports are 1..{})", dev.name(), port, dev.num_ports());
@@ -151,7 +153,7 @@ int QueryPort(ibv_context* context, uint8_t port, ibv_port_attr* attr, size_t at
   a.max_msg_sz = device::kMaxMsgSize;
   a.bad_pkey_cntr = p.bad_pkey_count;
   a.qkey_viol_cntr = p.qkey_violation_count;
-  a.pkey_tbl_len = device::kMaxPkeys;
+  a.pkey_tbl_len = p.pkey_table_len;
   a.lid = p.lid;
   a.sm_lid = p.sm_lid;
   a.lmc = 0;
@@ -184,6 +186,13 @@ Result<std::vector<DeviceEntry>> ListDevices() {
 Result<verbs_context*> AllocContext(int index) {
   auto engine = engine::AcquireEngine(index);
   if (!engine.ok()) return engine.status();
+  if ((*engine)->device().dead()) {
+    // Until its last context closes (the device is then opened afresh, as
+    // after a reset), a dead device cannot be opened again.
+    Log().warn("ibv_open_device: {} had a fatal error and still has open contexts; close them all to "
+               "reset it", (*engine)->device().name());
+    return Status::Error(EIO, "dead device");
+  }
   auto* ctx = new Context{};
   ctx->engine = std::move(engine).value();
   ctx->device = &ctx->engine->device();
@@ -257,6 +266,7 @@ int FaultList(ibv_context* context, char* buf, size_t len) {
 }
 
 int RaiseAsyncEvent(ibv_context* context, const ibv_async_event& event) {
+  if (Status dead = DeadDevice(context, "rdmaemu_raise_async_event"); !dead.ok()) return dead.code();
   using T = device::AsyncEventType;
   const int type = static_cast<int>(event.event_type);
   if (type < 0 || type > static_cast<int>(T::kDeviceSpeedChange)) {
@@ -302,6 +312,7 @@ int RaiseAsyncEvent(ibv_context* context, const ibv_async_event& event) {
 }
 
 int QueryGidEntry(ibv_context* context, uint32_t port, uint32_t index, ibv_gid_entry* entry) {
+  if (Status dead = DeadDevice(context, "ibv_query_gid"); !dead.ok()) return dead.code();
   const device::Device& dev = *ToContext(context)->device;
   if (port > 255 || !dev.ValidPort(static_cast<int>(port)) || index >= device::kGidTableLength) {
     return EINVAL;
@@ -320,15 +331,18 @@ int QueryGidEntry(ibv_context* context, uint32_t port, uint32_t index, ibv_gid_e
 }
 
 int QueryGidTableLength(ibv_context* context, uint32_t port) {
+  if (Status dead = DeadDevice(context, "ibv_query_gid_table"); !dead.ok()) return -dead.code();
   const device::Device& dev = *ToContext(context)->device;
   if (port > 255 || !dev.ValidPort(static_cast<int>(port))) return -EINVAL;
   return device::kGidTableLength;
 }
 
 int QueryPkey(ibv_context* context, uint8_t port, int index, uint16_t* pkey_be) {
+  if (Status dead = DeadDevice(context, "ibv_query_pkey"); !dead.ok()) return dead.code();
   const device::Device& dev = *ToContext(context)->device;
-  if (!dev.ValidPort(port) || index < 0 || index >= device::kMaxPkeys) return EINVAL;
-  *pkey_be = htons(device::kDefaultPkey);
+  auto pkey = dev.QueryPkey(port, index);
+  if (!pkey.ok()) return pkey.status().code();
+  *pkey_be = htons(*pkey);
   return 0;
 }
 

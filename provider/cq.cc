@@ -130,6 +130,7 @@ void InstallCqOps(verbs_context* vctx) {
 }
 
 Result<ibv_cq_ex*> CreateCq(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
+  if (Status dead = DeadDevice(context, "ibv_create_cq"); !dead.ok()) return dead;
   if (attr.cqe < 1 || attr.cqe > static_cast<uint32_t>(device::kMaxCqe)) {
     Log().warn("ibv_create_cq: cqe={} is outside 1..{} (max_cqe)", attr.cqe, device::kMaxCqe);
     return InvalidArgument("cqe out of range");
@@ -198,6 +199,7 @@ Result<ibv_cq_ex*> CreateCq(ibv_context* context, const ibv_cq_init_attr_ex& att
 }
 
 int ResizeCq(ibv_cq* ibv, int cqe) {
+  if (Status dead = DeadDevice(ibv->context, "ibv_resize_cq"); !dead.ok()) return dead.code();
   if (cqe < 1 || cqe > device::kMaxCqe) {
     Log().warn("ibv_resize_cq: cqe={} is outside 1..{}", cqe, device::kMaxCqe);
     return EINVAL;

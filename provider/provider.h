@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "emulator/base/status.h"
@@ -52,6 +53,21 @@ engine::CounterValues QueryQpCounters(ibv_qp* qp);
 int FaultAdd(ibv_context* context, const char* rules);
 int FaultClear(ibv_context* context);
 int FaultList(ibv_context* context, char* buf, size_t len);
+
+// rdmaemu/rdmaemu.h: what a subnet manager, a cable or the firmware does to
+// a port or the device (device_control.cc). 0 or an errno value.
+int SetPortLid(ibv_context* context, uint8_t port, uint16_t lid);
+int SetSmLid(ibv_context* context, uint8_t port, uint16_t sm_lid);
+int ClientReregister(ibv_context* context, uint8_t port);
+int SetPkey(ibv_context* context, uint8_t port, uint16_t index, uint16_t pkey);
+int SetPortSpeed(ibv_context* context, uint8_t port, uint8_t speed, uint8_t width);
+int SetGid(ibv_context* context, uint8_t port, int index, const ibv_gid& gid);
+int ClearGid(ibv_context* context, uint8_t port, int index);
+int DeviceFatal(ibv_context* context, const char* why);
+// After a fatal error every command but destroy fails with EIO (logged,
+// naming `verb`); Ok while the device lives. libibverbs' own commands
+// (ibv_create_comp_channel) ask too.
+Status DeadDevice(ibv_context* context, std::string_view verb);
 
 // Verbs that are exported functions in libibverbs (no op slot of their own).
 int QueryGidEntry(ibv_context* context, uint32_t port, uint32_t index, ibv_gid_entry* entry);

@@ -325,6 +325,7 @@ void InstallQpOps(verbs_context* vctx) {
 }
 
 Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  if (Status dead = DeadDevice(context, "ibv_create_qp"); !dead.ok()) return dead;
   Context* ctx = ToContext(context);
   if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || attr->pd == nullptr) {
     Log().warn("ibv_create_qp: a QP needs a protection domain");
@@ -409,6 +410,7 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
 }
 
 int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
+  if (Status dead = DeadDevice(ibv->context, "ibv_modify_qp"); !dead.ok()) return dead.code();
   Qp* qp = ToQp(ibv);
   Context* ctx = ToContext(ibv->context);
   const device::Device& dev = *ctx->device;
@@ -422,6 +424,7 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
   if (!dev.ValidPort(port)) port = 1;
   device::PortAttr pa = dev.QueryPort(port);
   limits.roce = pa.link_layer == device::LinkLayer::kEthernet;
+  limits.pkey_table_len = pa.pkey_table_len;
   limits.port_active_mtu = pa.active_mtu;
   limits.auto_path_mig = false;
   std::lock_guard modify(qp->modify_mu);
@@ -432,6 +435,10 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
     if (!requested.ah_attr.has_grh) {
       // Reaches here only on an InfiniBand port: CheckModify refuses RoCE AVs without a GRH.
       dest_ip = dev.LidAddress(port, requested.ah_attr.dlid);
+      if (dest_ip == 0) {
+        Log().warn("ibv_modify_qp qp#{}: no port of the subnet has DLID {:#x} (now): packets to it are lost, "
+                   "as on a subnet where the LID is unassigned", ibv->qp_num, requested.ah_attr.dlid);
+      }
     } else if (!Ipv4FromGid(requested.ah_attr.dgid, &dest_ip)) {
       s = InvalidArgument("the destination GID is not an IPv4-mapped RoCE v2 GID; "
                           "this device reaches IPv4 hosts only");
@@ -455,6 +462,7 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
     if (mask & IBV_QP_AV) t.dest_ip = dest_ip;
     t.access = qp->attrs.qp_access_flags;
     t.port = qp->attrs.port_num == 0 ? 1 : qp->attrs.port_num;
+    t.pkey_index = qp->attrs.pkey_index;
     t.timeout = qp->attrs.timeout;
     t.retry_cnt = qp->attrs.retry_cnt;
     t.rnr_retry = qp->attrs.rnr_retry;
@@ -503,6 +511,7 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
 }
 
 int QueryQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init_attr) {
+  if (Status dead = DeadDevice(ibv->context, "ibv_query_qp"); !dead.ok()) return dead.code();
   Qp* qp = ToQp(ibv);
   std::lock_guard modify(qp->modify_mu);
   SyncEngineState(*qp);
@@ -565,6 +574,7 @@ void FreeQp(ibv_qp* ibv) {
 }
 
 Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr) {
+  if (Status dead = DeadDevice(pd->context, "ibv_create_ah"); !dead.ok()) return dead;
   const device::Device& dev = *ToContext(pd->context)->device;
   if (!dev.ValidPort(attr.port_num)) {
     Log().warn("ibv_create_ah: port_num {} is not a port of {}", attr.port_num, dev.name());
@@ -581,6 +591,10 @@ Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr) {
     return InvalidArgument("sgid_index");
   }
   uint32_t ip = attr.is_global ? 0 : dev.LidAddress(attr.port_num, attr.dlid);
+  if (!attr.is_global && ip == 0) {
+    Log().warn("ibv_create_ah: no port of the subnet has DLID {:#x} (now): packets to it are lost, as on a "
+               "subnet where the LID is unassigned", attr.dlid);
+  }
   if (attr.is_global && !Ipv4FromGid(attr.grh.dgid.raw, &ip)) {
     Log().warn("ibv_create_ah: the destination GID is not an IPv4-mapped RoCE v2 GID; this "
                "device reaches IPv4 hosts only");

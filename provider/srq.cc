@@ -32,6 +32,7 @@ int PostSrqRecv(ibv_srq* ibv, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 void InstallSrqOps(verbs_context* vctx) { vctx->context.ops.post_srq_recv = PostSrqRecv; }
 
 Result<ibv_srq*> CreateSrq(ibv_pd* pd, ibv_srq_init_attr* attr) {
+  if (Status dead = DeadDevice(pd->context, "ibv_create_srq"); !dead.ok()) return dead;
   const ibv_srq_attr& a = attr->attr;
   if (a.max_wr < 1 || a.max_wr > static_cast<uint32_t>(device::kMaxSrqWr) ||
       a.max_sge > static_cast<uint32_t>(device::kMaxSrqSge)) {
@@ -63,6 +64,7 @@ Result<ibv_srq*> CreateSrq(ibv_pd* pd, ibv_srq_init_attr* attr) {
 }
 
 int ModifySrq(ibv_srq* ibv, ibv_srq_attr* attr, int mask) {
+  if (Status dead = DeadDevice(ibv->context, "ibv_modify_srq"); !dead.ok()) return dead.code();
   engine::Srq& srq = *ToSrq(ibv)->srq;
   if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) {
     Log().warn("ibv_modify_srq: unknown attribute mask bits {:#x}", mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT));
@@ -87,6 +89,7 @@ int ModifySrq(ibv_srq* ibv, ibv_srq_attr* attr, int mask) {
 }
 
 int QuerySrq(ibv_srq* ibv, ibv_srq_attr* attr) {
+  if (Status dead = DeadDevice(ibv->context, "ibv_query_srq"); !dead.ok()) return dead.code();
   engine::Srq& srq = *ToSrq(ibv)->srq;
   std::lock_guard lock(srq.mu);
   attr->max_wr = srq.max_wr;

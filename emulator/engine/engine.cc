@@ -171,6 +171,7 @@ Engine::Engine(std::shared_ptr<device::Device> device)
     : device_(std::move(device)), faults_(device_->name(), AutoRates(*device_)) {}
 
 Engine::~Engine() {
+  device_->SetFatalHandler(nullptr);
   if (loop_) loop_->Stop();
   // The file is complete once the device is closed.
   capture::Flush();
@@ -190,6 +191,7 @@ Result<std::shared_ptr<Engine>> Engine::Start(std::shared_ptr<device::Device> de
   auto loop = net::Loop::Create(*backend, std::move(socket).value(), engine.get());
   if (!loop.ok()) return loop.status();
   engine->loop_ = std::move(loop).value();
+  engine->device_->SetFatalHandler([raw = engine.get()] { raw->FailAllQps(); });
   engine->loop_->Start();
   Log().info("{}: engine running on {} ({})", engine->device_->name(),
              net::ToString(engine->loop_->address()), net::ToString(engine->loop_->backend()));
@@ -299,12 +301,23 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
   return next;
 }
 
-void Engine::Transmit(Qp* qp, const wire::PacketFields& fields, wire::Gather payload,
+void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather payload,
                       uint32_t dst_ip) {
+  if (device_->dead()) {
+    Count(qp, &Counters::dropped_device_dead);
+    return;
+  }
   if (!device_->PortUp(1)) {
     Count(qp, &Counters::dropped_port_down);
     return;
   }
+  if (dst_ip == 0) {
+    // A DLID that no port of the subnet has (subnet.h): lost, as in a switch.
+    Count(qp, &Counters::dropped_no_route);
+    return;
+  }
+  wire::PacketFields fields = fields_in;
+  if (qp != nullptr) fields.bth.pkey = device_->PkeyAt(qp->attrs.port, qp->attrs.pkey_index);
   wire::IcrcAddressing addr{local_ip_, ntohl(dst_ip), udp_port_, udp_port_};
   auto len = wire::BuildPacket(fields, payload, packet_, &addr);
   if (!len.ok()) {
@@ -348,6 +361,39 @@ void Engine::SendDatagram(const sockaddr_in& to, std::span<const uint8_t> bytes)
   capture::Record({local_ip_, ntohl(to.sin_addr.s_addr), udp_port_, ntohs(to.sin_port)}, bytes);
   iovec iov{const_cast<uint8_t*>(bytes.data()), bytes.size()};
   loop_->Send(to, std::span<const iovec>(&iov, 1));
+}
+
+bool Engine::PkeyAccepted(Qp& qp, const wire::PacketView& packet) {
+  const uint16_t mine = device_->PkeyAt(qp.attrs.port, qp.attrs.pkey_index);
+  const uint16_t theirs = packet.bth().pkey();
+  if (device::PkeysMatch(theirs, mine)) return true;
+  Count(&qp, &Counters::dropped_pkey);
+  device_->CountBadPkey(qp.attrs.port);
+  RDMAEMU_WARN_LIMITED("qp#{}: dropped a {} packet with P_Key {:#06x}: the QP's P_Key (index {}) is {:#06x} "
+                       "(P_Key violation, counted in bad_pkey_cntr)",
+                       qp.qpn, packet.info().name, theirs, qp.attrs.pkey_index, mine);
+  return false;
+}
+
+void Engine::FailAllQps() {
+  std::vector<std::shared_ptr<Qp>> all;
+  {
+    std::shared_lock lock(qps_mu_);
+    for (const auto& [qpn, qp] : qps_) all.push_back(qp);
+  }
+  // As FlushQp, but the state changes in the same critical section: the
+  // loop thread sees either the old QP or an empty one in ERR. Per-QP
+  // events are not raised: a dead device reports only DEVICE_FATAL.
+  for (const auto& qp : all) {
+    std::lock_guard lock(qp->mu);
+    qp->attrs.state = QpState::kErr;
+    std::vector<std::pair<objects::Cq*, objects::Cqe>> cqes;
+    FlushLocked(*qp, cqes);
+    for (auto& [cq, c] : cqes) {
+      if (!cq->Push(c)) RDMAEMU_WARN_LIMITED("qp#{}: CQ overrun while flushing", qp->qpn);
+    }
+  }
+  Log().info("{}: {} QP(s) moved to ERR and flushed after the fatal error", device_->name(), all.size());
 }
 
 objects::WcStatus Engine::CheckSges(const Qp& qp, const std::vector<Sge>& sges, bool write) {
@@ -519,6 +565,10 @@ void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
                     d.data);
     Count(nullptr, &Counters::packets_received);
     Count(nullptr, &Counters::bytes_received, d.data.size());
+    if (device_->dead()) {
+      Count(nullptr, &Counters::dropped_device_dead);
+      continue;
+    }
     if (!device_->PortUp(1)) {
       Count(nullptr, &Counters::dropped_port_down);
       continue;
@@ -555,10 +605,6 @@ void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
     Log().debug("dropped a packet from {}: {}", net::ToString(d.src), s.message());
     return;
   }
-  if (packet->bth().pkey() != wire::kDefaultPkey) {
-    Count(nullptr, &Counters::dropped_pkey);
-    return;
-  }
   auto qp = FindQp(packet->dest_qpn());
   if (!qp) {
     Count(nullptr, &Counters::dropped_unknown_qpn);
@@ -584,6 +630,7 @@ void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
     return;
   }
   std::lock_guard lock(qp->mu);
+  if (!PkeyAccepted(*qp, *packet)) return;
   const QpState state = qp->attrs.state;
   // RC/UC packets come only from the connected peer.
   if (d.src.sin_addr.s_addr != qp->attrs.dest_ip) {
@@ -622,6 +669,7 @@ void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagr
     return;
   }
   if (ForcedError(qp, packet)) return;
+  if (!PkeyAccepted(qp, packet)) return;
   if (packet.deth().qkey() != qp.attrs.qkey) {
     Count(&qp, &Counters::dropped_qkey);
     Log().debug("qp#{}: dropped a UD packet with Q_Key {:#x} (QP's is {:#x})", qp.qpn,

@@ -77,7 +77,7 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
   void ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagram& dgram);
   // Builds one packet for `qp` (counted on it) to its peer (RC/UC) or
   // `dst_ip` (network order) and sends it, through the fault rules when
-  // any are active.
+  // any are active. The BTH gets the P_Key of the QP's pkey_index.
   void Transmit(Qp* qp, const wire::PacketFields& fields, wire::Gather payload, uint32_t dst_ip);
   // fault::PacketSink. SendNow takes a packet past the fault rules to the
   // socket (through SendDatagram, counted on the port); Deliver processes a
@@ -100,6 +100,11 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
   static void CountOnQp(Qp& qp, std::atomic<uint64_t> Counters::*c, uint64_t n = 1) {
     (qp.counters.*c).fetch_add(n, std::memory_order_relaxed);
   }
+  // The received packet's BTH P_Key matches the QP's P_Key (IBA 10.9.3);
+  // a mismatch is dropped and counted (engine and port bad_pkey_cntr).
+  bool PkeyAccepted(Qp& qp, const wire::PacketView& packet);
+  // Device::Fatal: every QP to ERR with its work flushed (any thread).
+  void FailAllQps();
   // The one exit to the socket: every datagram leaves here, and is captured
   // here (after fault rules, before the kernel), exactly as it goes out.
   void SendDatagram(const sockaddr_in& to, std::span<const uint8_t> bytes);

@@ -47,6 +47,7 @@ struct TransportAttrs {
   uint32_t dest_ip = 0;      // network order; RC/UC
   uint32_t access = 0;       // remote access rights granted (IBV_ACCESS_*)
   uint8_t port = 1;
+  uint16_t pkey_index = 0;   // the QP's P_Key: the port's table entry at this index
   uint8_t timeout = 0;       // 4.096 us * 2^timeout; 0 = no timer
   uint8_t retry_cnt = 0;
   uint8_t rnr_retry = 0;     // 7 = retry forever
