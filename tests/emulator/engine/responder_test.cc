@@ -546,9 +546,10 @@ TEST_F(ResponderTest, BadIcrcWrongPkeyUnknownQpnAndResetOrInitQpAreDroppedAndCou
   bytes = peer_->Build(FakePeer::Request(Opcode::RC_SEND_ONLY, qp->qp_num, 100), data);
   bytes[20] ^= 0x80;
   peer_->SendRaw(bytes);
-  // Wrong P_Key, ICRC right.
+  // Wrong P_Key (another partition; 0x7fff, the limited member of the QP's
+  // default partition, would match it), ICRC right.
   wire::PacketFields f = FakePeer::Request(Opcode::RC_SEND_ONLY, qp->qp_num, 100);
-  f.bth.pkey = 0x7fff;
+  f.bth.pkey = 0x8001;
   peer_->Send(f, data);
   // Unknown QPN.
   peer_->Send(FakePeer::Request(Opcode::RC_SEND_ONLY, 0xfedcb, 100), data);

@@ -33,11 +33,21 @@ class DeviceEventsTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    for (ibv_qp* qp : qps_) EXPECT_EQ(ibv_destroy_qp(qp), 0);
-    if (mr_) EXPECT_EQ(ibv_dereg_mr(mr_), 0);
-    if (cq_) EXPECT_EQ(ibv_destroy_cq(cq_), 0);
-    if (pd_) EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
-    if (ctx_) EXPECT_EQ(ibv_close_device(ctx_), 0);
+    for (ibv_qp* qp : qps_) {
+      EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    }
+    if (mr_) {
+      EXPECT_EQ(ibv_dereg_mr(mr_), 0);
+    }
+    if (cq_) {
+      EXPECT_EQ(ibv_destroy_cq(cq_), 0);
+    }
+    if (pd_) {
+      EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
+    }
+    if (ctx_) {
+      EXPECT_EQ(ibv_close_device(ctx_), 0);
+    }
     if (list_) ibv_free_device_list(list_);
   }
 
