@@ -37,27 +37,16 @@ std::string_view ToString(Backend backend) {
 
 Result<std::unique_ptr<Loop>> Loop::Create(Backend backend, UdpSocket socket,
                                            LoopHandler* handler, const LoopOptions& options) {
-  std::vector<UdpSocket> sockets;
-  sockets.push_back(std::move(socket));
-  return Create(backend, std::move(sockets), handler, options);
-}
-
-Result<std::unique_ptr<Loop>> Loop::Create(Backend backend, std::vector<UdpSocket> sockets,
-                                           LoopHandler* handler, const LoopOptions& options) {
   if (handler == nullptr) return InvalidArgument("Loop::Create: no handler");
-  if (sockets.empty() || sockets.size() > static_cast<size_t>(kMaxSockets)) {
-    return InvalidArgument("Loop::Create: " + std::to_string(sockets.size()) +
-                           " sockets; a loop serves 1 to " + std::to_string(kMaxSockets));
-  }
   switch (backend) {
     case Backend::kUring:
-      return internal::CreateUringLoop(sockets, handler, options);
+      return internal::CreateUringLoop(socket, handler, options);
     case Backend::kEpoll:
-      return internal::CreateEpollLoop(sockets, handler);
+      return internal::CreateEpollLoop(socket, handler);
     case Backend::kAuto:
       break;
   }
-  auto uring = internal::CreateUringLoop(sockets, handler, options);
+  auto uring = internal::CreateUringLoop(socket, handler, options);
   if (uring.ok()) return uring;
   // Said once per process: every device of a process falls back for the same
   // reason. Info, not warn: the epoll engine is a correct engine, and a
@@ -67,7 +56,7 @@ Result<std::unique_ptr<Loop>> Loop::Create(Backend backend, std::vector<UdpSocke
     Log().info("io_uring is not available ({}); using the epoll engine",
                uring.status().message());
   }
-  return internal::CreateEpollLoop(sockets, handler);
+  return internal::CreateEpollLoop(socket, handler);
 }
 
 namespace internal {
@@ -77,7 +66,7 @@ std::string ErrnoText(int err) {
   return text != nullptr ? text : "errno " + std::to_string(err);
 }
 
-int SendPool::Acquire(int socket, const sockaddr_in& to, std::span<const iovec> iov) {
+int SendPool::Acquire(const sockaddr_in& to, std::span<const iovec> iov) {
   int id;
   if (!free_.empty()) {
     id = free_.back();
@@ -97,7 +86,6 @@ int SendPool::Acquire(int socket, const sockaddr_in& to, std::span<const iovec> 
     if (v.iov_len != 0) std::memcpy(s.bytes.data() + at, v.iov_base, v.iov_len);
     at += v.iov_len;
   }
-  s.socket = socket;
   s.to = to;
   s.iov = {s.bytes.data(), total};
   s.msg = {};
@@ -108,10 +96,9 @@ int SendPool::Acquire(int socket, const sockaddr_in& to, std::span<const iovec> 
   return id;
 }
 
-LoopBase::LoopBase(Backend backend, std::vector<UdpSocket> sockets, LoopHandler* handler,
-                   int doorbell_fd)
+LoopBase::LoopBase(Backend backend, UdpSocket socket, LoopHandler* handler, int doorbell_fd)
     : backend_(backend),
-      sockets_(std::move(sockets)),
+      socket_(std::move(socket)),
       handler_(handler),
       doorbell_fd_(doorbell_fd) {}
 
