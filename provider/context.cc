@@ -7,8 +7,8 @@
 #include <ctime>
 
 #include "emulator/base/log.h"
+#include "emulator/control/server.h"
 #include "emulator/device/attributes.h"
-#include "emulator/engine/rss.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
 #include "provider/provider.h"
@@ -87,6 +87,7 @@ void Deliver(Context* ctx, const device::AsyncEvent& e) {
 
 int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
                   ibv_device_attr_ex* attr, size_t attr_size) {
+  if (Status dead = DeadDevice(context, "ibv_query_device"); !dead.ok()) return dead.code();
   if (input != nullptr && input->comp_mask != 0) return EINVAL;
   if (attr_size < sizeof(ibv_device_attr)) return EINVAL;
   const device::Device& dev = *ToContext(context)->device;
@@ -129,18 +130,12 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
   a.completion_timestamp_mask = ~uint64_t{0};
   a.hca_core_clock = 1000000;  // kHz
   a.phys_port_cnt_ex = static_cast<uint32_t>(dev.num_ports());
-  // Receive-side scaling on UD QPs through WQs (provider/wq.cc).
-  a.max_wq_type_rq = device::kMaxWq;
-  a.rss_caps.supported_qpts = 1u << IBV_QPT_UD;
-  a.rss_caps.max_rwq_indirection_tables = device::kMaxRwqIndTables;
-  a.rss_caps.max_rwq_indirection_table_size = 1u << device::kLogMaxRwqIndTableSize;
-  a.rss_caps.rx_hash_fields_mask = engine::kRxHashSupportedFields;
-  a.rss_caps.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ;
   std::memcpy(attr, &a, std::min(attr_size, sizeof a));
   return 0;
 }
 
 int QueryPort(ibv_context* context, uint8_t port, ibv_port_attr* attr, size_t attr_size) {
+  if (Status dead = DeadDevice(context, "ibv_query_port"); !dead.ok()) return dead.code();
   const device::Device& dev = *ToContext(context)->device;
   if (!dev.ValidPort(port)) {
     Log().warn("ibv_query_port: {} has no port {} (ports are 1..{})", dev.name(), port, dev.num_ports());
@@ -158,7 +153,7 @@ int QueryPort(ibv_context* context, uint8_t port, ibv_port_attr* attr, size_t at
   a.max_msg_sz = device::kMaxMsgSize;
   a.bad_pkey_cntr = p.bad_pkey_count;
   a.qkey_viol_cntr = p.qkey_violation_count;
-  a.pkey_tbl_len = device::kMaxPkeys;
+  a.pkey_tbl_len = p.pkey_table_len;
   a.lid = p.lid;
   a.sm_lid = p.sm_lid;
   a.lmc = 0;
@@ -191,6 +186,13 @@ Result<std::vector<DeviceEntry>> ListDevices() {
 Result<verbs_context*> AllocContext(int index) {
   auto engine = engine::AcquireEngine(index);
   if (!engine.ok()) return engine.status();
+  if ((*engine)->device().dead()) {
+    // Until its last context closes (the device is then opened afresh, as
+    // after a reset), a dead device cannot be opened again.
+    Log().warn("ibv_open_device: {} had a fatal error and still has open contexts; close them all to "
+               "reset it", (*engine)->device().name());
+    return Status::Error(EIO, "dead device");
+  }
   auto* ctx = new Context{};
   ctx->engine = std::move(engine).value();
   ctx->device = &ctx->engine->device();
@@ -200,6 +202,8 @@ Result<verbs_context*> AllocContext(int index) {
 void StartContext(verbs_context* vctx) {
   Context* ctx = reinterpret_cast<Context*>(vctx);
   ctx->listener_id = ctx->device->AddListener([ctx](const device::AsyncEvent& e) { Deliver(ctx, e); });
+  // A process with a device open answers `rdmaemu port|event|list|...`.
+  control::EnsureServer();
 }
 
 void FreeContext(verbs_context* vctx) {
@@ -236,7 +240,33 @@ Result<engine::CounterValues> QueryCounters(ibv_context* context, uint8_t port) 
   return e.port_counters(port);
 }
 
+int FaultAdd(ibv_context* context, const char* rules) {
+  Context* ctx = ToContext(context);
+  Status s = ctx->engine->faults().Add(rules);
+  if (!s.ok()) {
+    Log().warn("rdmaemu_fault_add: {}", s.message());
+    return s.code();
+  }
+  Log().info("{}: fault rules now:\n{}", ctx->device->name(), ctx->engine->faults().List());
+  return 0;
+}
+
+int FaultClear(ibv_context* context) {
+  ToContext(context)->engine->faults().Clear();
+  return 0;
+}
+
+int FaultList(ibv_context* context, char* buf, size_t len) {
+  const std::string text = ToContext(context)->engine->faults().List();
+  if (len == 0) return ERANGE;
+  const size_t n = std::min(text.size(), len - 1);
+  std::memcpy(buf, text.data(), n);
+  buf[n] = '\0';
+  return n < text.size() ? ERANGE : 0;
+}
+
 int RaiseAsyncEvent(ibv_context* context, const ibv_async_event& event) {
+  if (Status dead = DeadDevice(context, "rdmaemu_raise_async_event"); !dead.ok()) return dead.code();
   using T = device::AsyncEventType;
   const int type = static_cast<int>(event.event_type);
   if (type < 0 || type > static_cast<int>(T::kDeviceSpeedChange)) {
@@ -257,9 +287,8 @@ int RaiseAsyncEvent(ibv_context* context, const ibv_async_event& event) {
       owner = event.element.srq ? event.element.srq->context : nullptr;
       break;
     case T::kWqFatal:
-      object = event.element.wq;
-      owner = event.element.wq ? event.element.wq->context : nullptr;
-      break;
+      Log().warn("rdmaemu_raise_async_event: WQs are not supported, so no WQ can get WQ_FATAL");
+      return EINVAL;
     default:
       if (IsObjectEvent(e.type)) {
         object = event.element.qp;
@@ -283,6 +312,7 @@ int RaiseAsyncEvent(ibv_context* context, const ibv_async_event& event) {
 }
 
 int QueryGidEntry(ibv_context* context, uint32_t port, uint32_t index, ibv_gid_entry* entry) {
+  if (Status dead = DeadDevice(context, "ibv_query_gid"); !dead.ok()) return dead.code();
   const device::Device& dev = *ToContext(context)->device;
   if (port > 255 || !dev.ValidPort(static_cast<int>(port)) || index >= device::kGidTableLength) {
     return EINVAL;
@@ -301,15 +331,18 @@ int QueryGidEntry(ibv_context* context, uint32_t port, uint32_t index, ibv_gid_e
 }
 
 int QueryGidTableLength(ibv_context* context, uint32_t port) {
+  if (Status dead = DeadDevice(context, "ibv_query_gid_table"); !dead.ok()) return -dead.code();
   const device::Device& dev = *ToContext(context)->device;
   if (port > 255 || !dev.ValidPort(static_cast<int>(port))) return -EINVAL;
   return device::kGidTableLength;
 }
 
 int QueryPkey(ibv_context* context, uint8_t port, int index, uint16_t* pkey_be) {
+  if (Status dead = DeadDevice(context, "ibv_query_pkey"); !dead.ok()) return dead.code();
   const device::Device& dev = *ToContext(context)->device;
-  if (!dev.ValidPort(port) || index < 0 || index >= device::kMaxPkeys) return EINVAL;
-  *pkey_be = htons(device::kDefaultPkey);
+  auto pkey = dev.QueryPkey(port, index);
+  if (!pkey.ok()) return pkey.status().code();
+  *pkey_be = htons(*pkey);
   return 0;
 }
 

@@ -130,6 +130,7 @@ void InstallCqOps(verbs_context* vctx) {
 }
 
 Result<ibv_cq_ex*> CreateCq(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
+  if (Status dead = DeadDevice(context, "ibv_create_cq"); !dead.ok()) return dead;
   if (attr.cqe < 1 || attr.cqe > static_cast<uint32_t>(device::kMaxCqe)) {
     Log().warn("ibv_create_cq: cqe={} is outside 1..{} (max_cqe)", attr.cqe, device::kMaxCqe);
     return InvalidArgument("cqe out of range");
@@ -186,10 +187,19 @@ Result<ibv_cq_ex*> CreateCq(ibv_context* context, const ibv_cq_init_attr_ex& att
   cq->ibv.read_cvlan = ReadCvlan;
   cq->ibv.read_flow_tag = ReadFlowTag;
   cq->ibv.read_tm_info = ReadTmInfo;
+  auto number = ToContext(context)->device->directory().Add(objects::ObjectKind::kCq,
+                                                            reinterpret_cast<uint64_t>(base));
+  if (!number.ok()) {
+    Log().warn("ibv_create_cq: {}", number.status().message());
+    delete cq;
+    return number.status();
+  }
+  cq->number = *number;
   return &cq->ibv;
 }
 
 int ResizeCq(ibv_cq* ibv, int cqe) {
+  if (Status dead = DeadDevice(ibv->context, "ibv_resize_cq"); !dead.ok()) return dead.code();
   if (cqe < 1 || cqe > device::kMaxCqe) {
     Log().warn("ibv_resize_cq: cqe={} is outside 1..{}", cqe, device::kMaxCqe);
     return EINVAL;
@@ -210,6 +220,9 @@ int DetachCq(ibv_cq* ibv) {
     Log().warn("ibv_destroy_cq: {} QP(s) still complete into this CQ; destroy them first", users);
     return EBUSY;
   }
+  // From here no control-plane event can name it (Remove waits for one
+  // being raised), so the queued events libibverbs discards next are all.
+  ToContext(ibv->context)->device->directory().Remove(objects::ObjectKind::kCq, ToCq(ibv)->number);
   return 0;
 }
 

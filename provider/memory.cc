@@ -37,6 +37,7 @@ Context* ContextOf(ibv_pd* pd) { return ToContext(pd->context); }
 }  // namespace
 
 Result<ibv_pd*> AllocPd(ibv_context* context) {
+  if (Status dead = DeadDevice(context, "ibv_alloc_pd"); !dead.ok()) return dead;
   if (g_live_pds.fetch_add(1) >= device::kMaxPd) {
     g_live_pds.fetch_sub(1);
     return NoMemory("all protection domains are in use");
@@ -60,6 +61,7 @@ int DeallocPd(ibv_pd* ibv) {
 }
 
 Result<ibv_mr*> RegMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
+  if (Status dead = DeadDevice(pd->context, "ibv_reg_mr"); !dead.ok()) return dead;
   unsigned unknown = StripOptional(access) & ~kIbvKnownAccess;
   if (unknown) {
     Log().warn("ibv_reg_mr: unknown access flags {:#x}", unknown);
@@ -87,6 +89,7 @@ Result<ibv_mr*> RegMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsi
 }
 
 int ReregMr(ibv_mr* ibv, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
+  if (Status dead = DeadDevice(ibv->context, "ibv_rereg_mr"); !dead.ok()) return dead.code();
   Mr* mr = ToMr(ibv);
   if (flags & ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD |
                 IBV_REREG_MR_CHANGE_ACCESS)) {

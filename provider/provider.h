@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "emulator/base/status.h"
@@ -47,6 +48,26 @@ int RaiseAsyncEvent(ibv_context* context, const ibv_async_event& event);
 // rdmaemu/rdmaemu.h: counters of a port (0 = the device) or a QP.
 Result<engine::CounterValues> QueryCounters(ibv_context* context, uint8_t port);
 engine::CounterValues QueryQpCounters(ibv_qp* qp);
+
+// rdmaemu/rdmaemu.h: the device's fault rules (docs/faults.md).
+int FaultAdd(ibv_context* context, const char* rules);
+int FaultClear(ibv_context* context);
+int FaultList(ibv_context* context, char* buf, size_t len);
+
+// rdmaemu/rdmaemu.h: what a subnet manager, a cable or the firmware does to
+// a port or the device (device_control.cc). 0 or an errno value.
+int SetPortLid(ibv_context* context, uint8_t port, uint16_t lid);
+int SetSmLid(ibv_context* context, uint8_t port, uint16_t sm_lid);
+int ClientReregister(ibv_context* context, uint8_t port);
+int SetPkey(ibv_context* context, uint8_t port, uint16_t index, uint16_t pkey);
+int SetPortSpeed(ibv_context* context, uint8_t port, uint8_t speed, uint8_t width);
+int SetGid(ibv_context* context, uint8_t port, int index, const ibv_gid& gid);
+int ClearGid(ibv_context* context, uint8_t port, int index);
+int DeviceFatal(ibv_context* context, const char* why);
+// After a fatal error every command but destroy fails with EIO (logged,
+// naming `verb`); Ok while the device lives. libibverbs' own commands
+// (ibv_create_comp_channel) ask too.
+Status DeadDevice(ibv_context* context, std::string_view verb);
 
 // Verbs that are exported functions in libibverbs (no op slot of their own).
 int QueryGidEntry(ibv_context* context, uint32_t port, uint32_t index, ibv_gid_entry* entry);
@@ -86,20 +107,6 @@ int ModifySrq(ibv_srq* srq, ibv_srq_attr* attr, int mask);
 int QuerySrq(ibv_srq* srq, ibv_srq_attr* attr);
 int DetachSrq(ibv_srq* srq);
 void FreeSrq(ibv_srq* srq);
-
-// Work queues (IBV_WQT_RQ) and receive indirection tables (wq.cc). The
-// library initialises the WQ's mutex, cond and event count afterwards, as
-// verbs.h's ibv_create_wq does. Destroying a WQ is two steps, as for CQs:
-// Detach fails with EBUSY while an indirection table holds the WQ and else
-// unpublishes it; Free releases it.
-Result<ibv_wq*> CreateWq(ibv_context* context, ibv_wq_init_attr* attr);
-int ModifyWq(ibv_wq* wq, ibv_wq_attr* attr);
-int DetachWq(ibv_wq* wq);
-void FreeWq(ibv_wq* wq);
-// EBUSY while a QP steers through the table.
-Result<ibv_rwq_ind_table*> CreateRwqIndTable(ibv_context* context,
-                                            ibv_rwq_ind_table_init_attr* attr);
-int DestroyRwqIndTable(ibv_rwq_ind_table* table);
 
 Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr);
 int DestroyAh(ibv_ah* ah);

@@ -8,7 +8,6 @@
 
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
-#include "emulator/engine/rss.h"
 #include "emulator/objects/qp_state.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
@@ -277,12 +276,6 @@ int PostRecv(ibv_qp* ibv, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   bool flush = false;
   for (; wr != nullptr; wr = wr->next) {
     std::lock_guard lock(eqp.mu);
-    if (eqp.rss) {
-      RDMAEMU_WARN_LIMITED("ibv_post_recv: qp#{} receives through its indirection table's WQs; "
-                           "use ibv_post_wq_recv on them", eqp.qpn);
-      rc = EINVAL;
-      break;
-    }
     if (eqp.srq) {
       RDMAEMU_WARN_LIMITED("ibv_post_recv: qp#{} receives through an SRQ; use ibv_post_srq_recv", eqp.qpn);
       rc = EINVAL;
@@ -320,52 +313,8 @@ void SyncEngineState(Qp& qp) {
     qp.attrs.state = qp.attrs.cur_state = state;
     qp.ibv.qp_base.state = static_cast<ibv_qp_state>(state);
   }
-}
-
-// A QP with an indirection table (IBV_QP_INIT_ATTR_IND_TABLE and
-// IBV_QP_INIT_ATTR_RX_HASH, both): a UD QP that receives through the
-// table's WQs, steered by a Toeplitz hash of the selected fields (rss.h).
-// mlx5 does this on RAW_PACKET QPs, which this device does not have; the
-// rules are the kernel's for such QPs: no SRQ and no receive queue of its own.
-Status CheckRss(ibv_context* context, const ibv_qp_init_attr_ex& attr) {
-  auto fail = [](int code, std::string why) -> Status {
-    Log().warn("ibv_create_qp_ex: {}", why);
-    return Status::Error(code, std::move(why));
-  };
-  constexpr uint32_t kBoth = IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH;
-  if ((attr.comp_mask & kBoth) != kBoth || attr.rwq_ind_tbl == nullptr) {
-    return fail(EINVAL, "receive-side scaling needs both IBV_QP_INIT_ATTR_IND_TABLE (with "
-                        "rwq_ind_tbl) and IBV_QP_INIT_ATTR_RX_HASH");
-  }
-  if (attr.qp_type != IBV_QPT_UD) {
-    return fail(EOPNOTSUPP, "only a UD QP can steer its receives through an indirection table on "
-                            "this device (mlx5 does it on RAW_PACKET QPs, which it does not have)");
-  }
-  if (attr.rwq_ind_tbl->context != context) {
-    return fail(EINVAL, "the indirection table belongs to another context");
-  }
-  if (attr.srq != nullptr || attr.cap.max_recv_wr != 0 || attr.cap.max_recv_sge != 0) {
-    return fail(EINVAL, "a QP with an indirection table receives through its WQs: srq must be NULL "
-                        "and max_recv_wr and max_recv_sge 0");
-  }
-  const ibv_rx_hash_conf& h = attr.rx_hash_conf;
-  if (h.rx_hash_function != IBV_RX_HASH_FUNC_TOEPLITZ) {
-    return fail(EOPNOTSUPP, fmt::format("rx_hash_function {:#x}: the device hashes with "
-                                        "IBV_RX_HASH_FUNC_TOEPLITZ only",
-                                        h.rx_hash_function));
-  }
-  if (h.rx_hash_key == nullptr || h.rx_hash_key_len != engine::kRxHashKeyBytes) {
-    return fail(EINVAL, fmt::format("the Toeplitz key must be {} bytes (rx_hash_key_len {}{})",
-                                    engine::kRxHashKeyBytes, h.rx_hash_key_len,
-                                    h.rx_hash_key == nullptr ? ", rx_hash_key NULL" : ""));
-  }
-  if (uint64_t bad = h.rx_hash_fields_mask & ~engine::kRxHashSupportedFields; bad != 0) {
-    return fail(EOPNOTSUPP, fmt::format("rx_hash_fields_mask {:#x}: RoCE v2 packets are IPv4 UDP; "
-                                        "the device hashes on IBV_RX_HASH_SRC/DST_IPV4 and "
-                                        "IBV_RX_HASH_SRC/DST_PORT_UDP only",
-                                        bad));
-  }
-  return Status::Ok();
+  // The engine clears sq_draining once the started WQEs have completed.
+  qp.attrs.sq_draining = state == objects::QpState::kSqd && qp.qp->sq_draining;
 }
 
 }  // namespace
@@ -376,21 +325,17 @@ void InstallQpOps(verbs_context* vctx) {
 }
 
 Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  if (Status dead = DeadDevice(context, "ibv_create_qp"); !dead.ok()) return dead;
   Context* ctx = ToContext(context);
   if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || attr->pd == nullptr) {
     Log().warn("ibv_create_qp: a QP needs a protection domain");
     return InvalidArgument("no PD");
   }
-  constexpr uint32_t kCompMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
-                                 IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH;
+  constexpr uint32_t kCompMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   if (attr->comp_mask & ~kCompMask) {
     Log().warn("ibv_create_qp_ex: comp_mask {:#x} asks for features the device does not support "
-               "(XRC, TSO, create flags …)", attr->comp_mask & ~kCompMask);
+               "(XRC, RSS, TSO, create flags …)", attr->comp_mask & ~kCompMask);
     return NotSupported("comp_mask");
-  }
-  const bool rss = attr->comp_mask & (IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH);
-  if (rss) {
-    if (Status s = CheckRss(context, *attr); !s.ok()) return s;
   }
   const bool qp_ex = attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD) {
@@ -400,9 +345,8 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   if (qp_ex) {
     if (Status s = CheckSendOpsFlags(attr->qp_type, attr->send_ops_flags); !s.ok()) return s;
   }
-  if (attr->send_cq == nullptr || (!rss && attr->recv_cq == nullptr)) {
-    Log().warn("ibv_create_qp: send_cq and recv_cq are required (recv_cq is not used by a QP "
-               "with an indirection table: its WQs have their own CQs)");
+  if (attr->send_cq == nullptr || attr->recv_cq == nullptr) {
+    Log().warn("ibv_create_qp: send_cq and recv_cq are required");
     return InvalidArgument("no CQ");
   }
   const ibv_qp_cap& cap = attr->cap;
@@ -421,16 +365,8 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   ibv_qp& q = qp->ibv.qp_base;
   qp->qp = std::make_shared<engine::Qp>(
       *qpn, static_cast<engine::QpType>(attr->qp_type), ToPd(attr->pd)->handle,
-      ToCq(attr->send_cq)->cq.get(), rss ? nullptr : ToCq(attr->recv_cq)->cq.get(), caps,
+      ToCq(attr->send_cq)->cq.get(), ToCq(attr->recv_cq)->cq.get(), caps,
       reinterpret_cast<uint64_t>(&q));
-  if (rss) {
-    qp->rss = ToRwqIndTable(attr->rwq_ind_tbl);
-    ++qp->rss->users;
-    qp->qp->rss = qp->rss->table;
-    const ibv_rx_hash_conf& h = attr->rx_hash_conf;
-    qp->qp->rx_hash.fields = h.rx_hash_fields_mask;
-    qp->qp->rx_hash.key.assign(h.rx_hash_key, h.rx_hash_key + h.rx_hash_key_len);
-  }
   if (attr->srq != nullptr) {
     qp->qp->srq = ToSrq(attr->srq)->srq;
     ++ToSrq(attr->srq)->users;
@@ -455,13 +391,26 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   q.events_completed = 0;
   ++ToPd(attr->pd)->users;
   ++ToCq(attr->send_cq)->users;
-  if (!rss) ++ToCq(attr->recv_cq)->users;
+  ++ToCq(attr->recv_cq)->users;
   ctx->engine->AddQp(qp->qp);
+  // `rdmaemu list` shows it by QPN with its type and current state.
+  engine::Qp* eqp = qp->qp.get();
+  const objects::QpType type = qp->type;
+  auto listed = ctx->device->directory().Add(
+      objects::ObjectKind::kQp, reinterpret_cast<uint64_t>(&q),
+      [eqp, type] {
+        std::lock_guard lock(eqp->mu);
+        return fmt::format("{} {}", objects::ToString(type),
+                           objects::ToString(static_cast<objects::QpState>(eqp->attrs.state)));
+      },
+      *qpn);
+  if (!listed.ok()) Log().error("ibv_create_qp qp#{}: {}", *qpn, listed.status().message());
   Log().debug("{} qp#{}: created {} QP", ctx->device->name(), *qpn, objects::ToString(qp->type));
   return &q;
 }
 
 int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
+  if (Status dead = DeadDevice(ibv->context, "ibv_modify_qp"); !dead.ok()) return dead.code();
   Qp* qp = ToQp(ibv);
   Context* ctx = ToContext(ibv->context);
   const device::Device& dev = *ctx->device;
@@ -475,6 +424,7 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
   if (!dev.ValidPort(port)) port = 1;
   device::PortAttr pa = dev.QueryPort(port);
   limits.roce = pa.link_layer == device::LinkLayer::kEthernet;
+  limits.pkey_table_len = pa.pkey_table_len;
   limits.port_active_mtu = pa.active_mtu;
   limits.auto_path_mig = false;
   std::lock_guard modify(qp->modify_mu);
@@ -485,6 +435,10 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
     if (!requested.ah_attr.has_grh) {
       // Reaches here only on an InfiniBand port: CheckModify refuses RoCE AVs without a GRH.
       dest_ip = dev.LidAddress(port, requested.ah_attr.dlid);
+      if (dest_ip == 0) {
+        Log().warn("ibv_modify_qp qp#{}: no port of the subnet has DLID {:#x} (now): packets to it are lost, "
+                   "as on a subnet where the LID is unassigned", ibv->qp_num, requested.ah_attr.dlid);
+      }
     } else if (!Ipv4FromGid(requested.ah_attr.dgid, &dest_ip)) {
       s = InvalidArgument("the destination GID is not an IPv4-mapped RoCE v2 GID; "
                           "this device reaches IPv4 hosts only");
@@ -508,11 +462,16 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
     if (mask & IBV_QP_AV) t.dest_ip = dest_ip;
     t.access = qp->attrs.qp_access_flags;
     t.port = qp->attrs.port_num == 0 ? 1 : qp->attrs.port_num;
+    t.pkey_index = qp->attrs.pkey_index;
     t.timeout = qp->attrs.timeout;
     t.retry_cnt = qp->attrs.retry_cnt;
     t.rnr_retry = qp->attrs.rnr_retry;
     t.min_rnr_timer = qp->attrs.min_rnr_timer;
     t.max_rd_atomic = qp->attrs.max_rd_atomic;
+    t.sqd_notify = qp->attrs.en_sqd_async_notify;
+    if (qp->attrs.sq_draining && !eqp.sq_draining) eqp.sqd_admit = eqp.sq.size();
+    eqp.sq_draining = qp->attrs.sq_draining;
+    if (!eqp.sq_draining) eqp.sqd_admit = 0;
     if (mask & IBV_QP_SQ_PSN) {
       eqp.next_send_psn = qp->attrs.sq_psn;
       eqp.last_acked_psn = (qp->attrs.sq_psn - 1) & 0xffffff;
@@ -533,6 +492,11 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
     }
   }
   ibv->state = static_cast<ibv_qp_state>(qp->attrs.state);
+  // Entering SQD lets the engine find the queue drained (and raise
+  // SQ_DRAINED); returning to RTS resumes the WQEs posted meanwhile.
+  if (qp->attrs.state == objects::QpState::kSqd || qp->attrs.state == objects::QpState::kRts) {
+    ctx->engine->Doorbell(eqp.qpn);
+  }
   if (qp->attrs.state == objects::QpState::kErr && before != objects::QpState::kErr) {
     engine::FlushQp(eqp);
     if (eqp.srq) {
@@ -547,6 +511,7 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
 }
 
 int QueryQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init_attr) {
+  if (Status dead = DeadDevice(ibv->context, "ibv_query_qp"); !dead.ok()) return dead.code();
   Qp* qp = ToQp(ibv);
   std::lock_guard modify(qp->modify_mu);
   SyncEngineState(*qp);
@@ -592,6 +557,8 @@ int QueryQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init_att
 }
 
 int DetachQp(ibv_qp* ibv) {
+  // No control-plane event names it after this (see DetachCq).
+  ToContext(ibv->context)->device->directory().Remove(objects::ObjectKind::kQp, ibv->qp_num);
   ToContext(ibv->context)->engine->RemoveQp(ibv->qp_num);
   return 0;
 }
@@ -600,17 +567,14 @@ void FreeQp(ibv_qp* ibv) {
   --ToPd(ibv->pd)->users;
   if (ibv->srq != nullptr) --ToSrq(ibv->srq)->users;
   --ToCq(ibv->send_cq)->users;
-  if (ToQp(ibv)->rss != nullptr) {
-    --ToQp(ibv)->rss->users;
-  } else {
-    --ToCq(ibv->recv_cq)->users;
-  }
+  --ToCq(ibv->recv_cq)->users;
   pthread_mutex_destroy(&ibv->mutex);
   pthread_cond_destroy(&ibv->cond);
   delete ToQp(ibv);
 }
 
 Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr) {
+  if (Status dead = DeadDevice(pd->context, "ibv_create_ah"); !dead.ok()) return dead;
   const device::Device& dev = *ToContext(pd->context)->device;
   if (!dev.ValidPort(attr.port_num)) {
     Log().warn("ibv_create_ah: port_num {} is not a port of {}", attr.port_num, dev.name());
@@ -627,6 +591,10 @@ Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr) {
     return InvalidArgument("sgid_index");
   }
   uint32_t ip = attr.is_global ? 0 : dev.LidAddress(attr.port_num, attr.dlid);
+  if (!attr.is_global && ip == 0) {
+    Log().warn("ibv_create_ah: no port of the subnet has DLID {:#x} (now): packets to it are lost, as on a "
+               "subnet where the LID is unassigned", attr.dlid);
+  }
   if (attr.is_global && !Ipv4FromGid(attr.grh.dgid.raw, &ip)) {
     Log().warn("ibv_create_ah: the destination GID is not an IPv4-mapped RoCE v2 GID; this "
                "device reaches IPv4 hosts only");

@@ -32,6 +32,7 @@ int PostSrqRecv(ibv_srq* ibv, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 void InstallSrqOps(verbs_context* vctx) { vctx->context.ops.post_srq_recv = PostSrqRecv; }
 
 Result<ibv_srq*> CreateSrq(ibv_pd* pd, ibv_srq_init_attr* attr) {
+  if (Status dead = DeadDevice(pd->context, "ibv_create_srq"); !dead.ok()) return dead;
   const ibv_srq_attr& a = attr->attr;
   if (a.max_wr < 1 || a.max_wr > static_cast<uint32_t>(device::kMaxSrqWr) ||
       a.max_sge > static_cast<uint32_t>(device::kMaxSrqSge)) {
@@ -48,11 +49,22 @@ Result<ibv_srq*> CreateSrq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   srq->ibv.events_completed = 0;
   srq->srq = std::make_shared<engine::Srq>(ToPd(pd)->handle, a.max_wr, a.max_sge,
                                            reinterpret_cast<uint64_t>(&srq->ibv));
+  auto number = ToContext(pd->context)->device->directory().Add(objects::ObjectKind::kSrq,
+                                                                reinterpret_cast<uint64_t>(&srq->ibv));
+  if (!number.ok()) {
+    Log().warn("ibv_create_srq: {}", number.status().message());
+    pthread_mutex_destroy(&srq->ibv.mutex);
+    pthread_cond_destroy(&srq->ibv.cond);
+    delete srq;
+    return number.status();
+  }
+  srq->number = *number;
   ++ToPd(pd)->users;
   return &srq->ibv;
 }
 
 int ModifySrq(ibv_srq* ibv, ibv_srq_attr* attr, int mask) {
+  if (Status dead = DeadDevice(ibv->context, "ibv_modify_srq"); !dead.ok()) return dead.code();
   engine::Srq& srq = *ToSrq(ibv)->srq;
   if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) {
     Log().warn("ibv_modify_srq: unknown attribute mask bits {:#x}", mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT));
@@ -77,6 +89,7 @@ int ModifySrq(ibv_srq* ibv, ibv_srq_attr* attr, int mask) {
 }
 
 int QuerySrq(ibv_srq* ibv, ibv_srq_attr* attr) {
+  if (Status dead = DeadDevice(ibv->context, "ibv_query_srq"); !dead.ok()) return dead.code();
   engine::Srq& srq = *ToSrq(ibv)->srq;
   std::lock_guard lock(srq.mu);
   attr->max_wr = srq.max_wr;
@@ -90,6 +103,8 @@ int DetachSrq(ibv_srq* ibv) {
     Log().warn("ibv_destroy_srq: {} QP(s) still use this SRQ; destroy them first", users);
     return EBUSY;
   }
+  // No control-plane event names it after this (see DetachCq).
+  ToContext(ibv->context)->device->directory().Remove(objects::ObjectKind::kSrq, ToSrq(ibv)->number);
   return 0;
 }
 

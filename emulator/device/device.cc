@@ -16,6 +16,7 @@
 
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
+#include "emulator/device/subnet.h"
 #include "emulator/net/udp_socket.h"
 
 namespace rdmaemu::device {
@@ -73,7 +74,11 @@ Device::Device(DeviceConfig config, int index)
       index_(index),
       node_guid_(Registry::GuidFor(config_.name, index)) {}
 
-Device::~Device() = default;
+Device::~Device() {
+  for (const Port& p : ports_) {
+    if (p.attr.link_layer == LinkLayer::kInfiniBand) subnet::Release(p.bound.sin_addr, p.attr.lid);
+  }
+}
 
 Result<std::shared_ptr<Device>> Device::Open(const DeviceConfig& config, int index) {
   std::shared_ptr<Device> dev(new Device(config, index));
@@ -103,11 +108,19 @@ Result<std::shared_ptr<Device>> Device::Open(const DeviceConfig& config, int ind
     port.attr.width = pc.width;
     port.attr.speed = pc.speed;
     port.attr.lid = pc.lid;
+    if (pc.link_layer == LinkLayer::kInfiniBand && pc.lid != 0) {
+      // A configured LID is recorded in the emulated subnet so that LID-routed
+      // peers in every process find the port by it (subnet.h).
+      if (Status s = subnet::Assign(port.bound.sin_addr, subnet::DefaultLid(port.bound.sin_addr), pc.lid);
+          !s.ok()) {
+        return Status::Error(s.code(), fmt::format("{} port {}: lid={}: {}", config.name, i + 1, pc.lid, s.message()));
+      }
+    }
     if (pc.link_layer == LinkLayer::kInfiniBand && pc.lid == 0) {
       // The emulated subnet manager gives an InfiniBand port the LID of its
       // address's low 16 bits, so a LID-routed packet (no GRH) finds its host
       // as LidAddress() below shows.
-      port.attr.lid = static_cast<uint16_t>(ntohl(port.bound.sin_addr.s_addr) & 0xffff);
+      port.attr.lid = subnet::DefaultLid(port.bound.sin_addr);
       if (port.attr.lid == 0 || port.attr.lid >= 0xc000) {
         return InvalidArgument(fmt::format(
             "{} port {}: address {} gives no unicast LID; set lid= or another address",
@@ -115,6 +128,10 @@ Result<std::shared_ptr<Device>> Device::Open(const DeviceConfig& config, int ind
       }
     }
     port.attr.sm_lid = pc.link_layer == LinkLayer::kInfiniBand ? 1 : 0;
+    // Both link layers start with the default P_Key (full member of the
+    // default partition) at index 0; only InfiniBand ports have more entries.
+    port.attr.pkey_table_len = pc.link_layer == LinkLayer::kInfiniBand ? kMaxPkeys : 1;
+    dev->pkeys_[i][0].store(kDefaultPkey);
     port.gids[0] = Gid::FromIpv4(port.bound.sin_addr);
     Log().info("{} port {}: bound {}", config.name, i + 1, net::ToString(port.bound));
     dev->ports_.push_back(std::move(port));
@@ -125,8 +142,7 @@ Result<std::shared_ptr<Device>> Device::Open(const DeviceConfig& config, int ind
 sockaddr_in Device::PortAddress(int port) const { return ports_.at(port - 1).bound; }
 
 uint32_t Device::LidAddress(int port, uint16_t lid) const {
-  uint32_t own = ntohl(ports_.at(port - 1).bound.sin_addr.s_addr);
-  return htonl((own & 0xffff0000u) | lid);
+  return subnet::Resolve(ports_.at(port - 1).bound.sin_addr, lid);
 }
 
 Result<net::UdpSocket> Device::TakeSocket(int port) {
@@ -141,10 +157,13 @@ Result<net::UdpSocket> Device::TakeSocket(int port) {
 
 PortAttr Device::QueryPort(int port) const {
   std::lock_guard lock(mu_);
-  return ports_.at(port - 1).attr;
+  PortAttr a = ports_.at(port - 1).attr;
+  a.bad_pkey_count = bad_pkeys_[port - 1].load(std::memory_order_relaxed);
+  return a;
 }
 
 Status Device::SetPortState(int port, PortState state) {
+  if (dead()) return Status::Error(EIO, fmt::format("{} had a fatal error; its ports can no longer change", name()));
   if (!ValidPort(port)) return InvalidArgument(fmt::format("{} has no port {}", name(), port));
   if (state != PortState::kDown && state != PortState::kActive) {
     return InvalidArgument("a port can be set DOWN or ACTIVE");
@@ -162,6 +181,244 @@ Status Device::SetPortState(int port, PortState state) {
            static_cast<uint8_t>(port)});
   }
   return Status::Ok();
+}
+
+namespace {
+
+// IBA 4.1.1 (LID space): 0 is reserved, 0xC000..0xFFFE are multicast LIDs
+// and 0xFFFF is the permissive LID; unicast LIDs are 1..0xBFFF.
+Status CheckUnicastLid(uint16_t lid, std::string_view what) {
+  if (lid == 0) return InvalidArgument(fmt::format("{} 0 is reserved (it means no LID is assigned)", what));
+  if (lid == 0xffff) return InvalidArgument(fmt::format("{} 0xffff is the permissive LID, not a port's LID", what));
+  if (lid >= 0xc000) {
+    return InvalidArgument(fmt::format("{} {:#x} is a multicast LID (0xc000..0xfffe); a unicast LID is "
+                                       "1..0xbfff", what, lid));
+  }
+  return Status::Ok();
+}
+
+bool ValidSpeed(uint8_t s) { return SpeedName(s) != "invalid"; }
+bool ValidWidth(uint8_t w) { return WidthName(w) != "invalid"; }
+
+std::string GidText(const Gid& g) {
+  char text[INET6_ADDRSTRLEN] = "?";
+  ::inet_ntop(AF_INET6, g.raw.data(), text, sizeof text);
+  return text;
+}
+
+}  // namespace
+
+bool PkeysMatch(uint16_t a, uint16_t b) {
+  if ((a & 0x7fff) == 0 || (b & 0x7fff) == 0) return false;
+  return (a & 0x7fff) == (b & 0x7fff) && ((a | b) & 0x8000) != 0;
+}
+
+Status Device::CheckPortLocked(int port, std::string_view what) const {
+  if (dead()) return Status::Error(EIO, fmt::format("{}: {} had a fatal error; it can no longer change", what, name()));
+  if (!ValidPort(port)) {
+    return InvalidArgument(fmt::format("{}: {} has no port {} (ports are 1..{})", what, name(), port, num_ports()));
+  }
+  return Status::Ok();
+}
+
+Status Device::CheckInfiniBandLocked(int port, std::string_view what) const {
+  if (Status s = CheckPortLocked(port, what); !s.ok()) return s;
+  if (ports_[port - 1].attr.link_layer != LinkLayer::kInfiniBand) {
+    return InvalidArgument(fmt::format(
+        "{}: {} port {} has the Ethernet link layer (RoCE), which has no LIDs, subnet manager or "
+        "P_Key table; configure the port with link_layer=infiniband", what, name(), port));
+  }
+  return Status::Ok();
+}
+
+void Device::RaisePortEvent(AsyncEventType type, int port) {
+  Raise({type, 0, static_cast<uint8_t>(port)});
+}
+
+Status Device::SetLid(int port, uint16_t lid) {
+  uint16_t old;
+  {
+    std::lock_guard lock(mu_);
+    if (Status s = CheckInfiniBandLocked(port, "set LID"); !s.ok()) return s;
+    if (Status s = CheckUnicastLid(lid, "LID"); !s.ok()) {
+      return InvalidArgument(fmt::format("set LID: {} port {}: {}", name(), port, s.message()));
+    }
+    old = ports_[port - 1].attr.lid;
+    if (old == lid) return Status::Ok();
+    if (Status s = subnet::Assign(ports_[port - 1].bound.sin_addr, old, lid); !s.ok()) {
+      return Status::Error(s.code(), fmt::format("set LID: {} port {}: {}", name(), port, s.message()));
+    }
+    ports_[port - 1].attr.lid = lid;
+  }
+  Log().info("{} port {}: LID {:#x} -> {:#x} (LID_CHANGE)", name(), port, old, lid);
+  RaisePortEvent(AsyncEventType::kLidChange, port);
+  return Status::Ok();
+}
+
+Status Device::SetSmLid(int port, uint16_t sm_lid) {
+  uint16_t old;
+  {
+    std::lock_guard lock(mu_);
+    if (Status s = CheckInfiniBandLocked(port, "set SM LID"); !s.ok()) return s;
+    if (Status s = CheckUnicastLid(sm_lid, "SM LID"); !s.ok()) {
+      return InvalidArgument(fmt::format("set SM LID: {} port {}: {}", name(), port, s.message()));
+    }
+    old = ports_[port - 1].attr.sm_lid;
+    if (old == sm_lid) return Status::Ok();
+    ports_[port - 1].attr.sm_lid = sm_lid;
+  }
+  Log().info("{} port {}: SM LID {:#x} -> {:#x} (SM_CHANGE)", name(), port, old, sm_lid);
+  RaisePortEvent(AsyncEventType::kSmChange, port);
+  return Status::Ok();
+}
+
+Status Device::ClientReregister(int port) {
+  {
+    std::lock_guard lock(mu_);
+    if (Status s = CheckInfiniBandLocked(port, "client reregister"); !s.ok()) return s;
+  }
+  // The SM asks every client of the port to register again (IBA 14.4.11):
+  // nothing in the port changes, so the event is all there is.
+  Log().info("{} port {}: the subnet manager asks clients to reregister (CLIENT_REREGISTER)", name(), port);
+  RaisePortEvent(AsyncEventType::kClientReregister, port);
+  return Status::Ok();
+}
+
+Status Device::SetPkey(int port, int index, uint16_t pkey) {
+  uint16_t old;
+  {
+    std::lock_guard lock(mu_);
+    if (Status s = CheckInfiniBandLocked(port, "set P_Key"); !s.ok()) return s;
+    if (index < 0 || index >= ports_[port - 1].attr.pkey_table_len) {
+      return InvalidArgument(fmt::format("set P_Key: index {} is outside {} port {}'s P_Key table (0..{})",
+                                         index, name(), port, ports_[port - 1].attr.pkey_table_len - 1));
+    }
+    if (pkey == 0x8000) {
+      return InvalidArgument("set P_Key: 0x8000 is the invalid P_Key (IBA 10.9.1.2); write 0 to empty an entry");
+    }
+    old = pkeys_[port - 1][index].load();
+    if (old == pkey) return Status::Ok();
+    pkeys_[port - 1][index].store(pkey, std::memory_order_release);
+  }
+  Log().info("{} port {}: P_Key[{}] {:#06x} -> {:#06x} (PKEY_CHANGE)", name(), port, index, old, pkey);
+  RaisePortEvent(AsyncEventType::kPkeyChange, port);
+  return Status::Ok();
+}
+
+Result<uint16_t> Device::QueryPkey(int port, int index) const {
+  std::lock_guard lock(mu_);
+  if (!ValidPort(port)) return InvalidArgument(fmt::format("{} has no port {}", name(), port));
+  if (index < 0 || index >= ports_[port - 1].attr.pkey_table_len) {
+    return InvalidArgument(fmt::format("P_Key index {} is outside the table (0..{})", index,
+                                       ports_[port - 1].attr.pkey_table_len - 1));
+  }
+  return pkeys_[port - 1][index].load();
+}
+
+uint16_t Device::PkeyAt(int port, int index) const {
+  if (port < 1 || port > 2 || index < 0 || index >= kMaxPkeys) return 0;
+  return pkeys_[port - 1][index].load(std::memory_order_acquire);
+}
+
+void Device::CountBadPkey(int port) {
+  if (port >= 1 && port <= 2) bad_pkeys_[port - 1].fetch_add(1, std::memory_order_relaxed);
+}
+
+Status Device::SetLinkSpeed(int port, uint8_t speed, uint8_t width) {
+  PortAttr before;
+  {
+    std::lock_guard lock(mu_);
+    if (Status s = CheckPortLocked(port, "set link speed"); !s.ok()) return s;
+    if (!ValidSpeed(speed)) {
+      return InvalidArgument(fmt::format("set link speed: {} is not an IB speed (SDR=1, DDR=2, QDR=4, FDR10=8, "
+                                         "FDR=16, EDR=32, HDR=64, NDR=128)", speed));
+    }
+    if (!ValidWidth(width)) {
+      return InvalidArgument(fmt::format("set link speed: {} is not an IB link width (1x=1, 4x=2, 8x=4, "
+                                         "12x=8, 2x=16)", width));
+    }
+    before = ports_[port - 1].attr;
+    if (before.speed == speed && before.width == width) return Status::Ok();
+    ports_[port - 1].attr.speed = speed;
+    ports_[port - 1].attr.width = width;
+  }
+  Log().info("{} port {}: link {} {} -> {} {} (DEVICE_SPEED_CHANGE)", name(), port, WidthName(before.width),
+             SpeedName(before.speed), WidthName(width), SpeedName(speed));
+  RaisePortEvent(AsyncEventType::kDeviceSpeedChange, port);
+  return Status::Ok();
+}
+
+Status Device::SetGid(int port, int index, const Gid& gid) {
+  {
+    std::lock_guard lock(mu_);
+    if (Status s = CheckPortLocked(port, "set GID"); !s.ok()) return s;
+    if (index < 0 || index >= kGidTableLength) {
+      return InvalidArgument(fmt::format("set GID: index {} is outside the GID table (0..{})", index,
+                                         kGidTableLength - 1));
+    }
+    if (index == 0) {
+      return Busy(fmt::format("set GID: {} port {} GID[0] is the port's own address ({}); like the "
+                              "reserved default GID of a real port it cannot change (use index 1..{})",
+                              name(), port, GidText(ports_[port - 1].gids[0]), kGidTableLength - 1));
+    }
+    if (gid.empty()) return InvalidArgument("set GID: the zero GID is no address; clear the entry instead");
+    if (gid.raw[0] == 0xff) {
+      return InvalidArgument(fmt::format("set GID: {} is a multicast GID, not a port address", GidText(gid)));
+    }
+    auto& gids = ports_[port - 1].gids;
+    if (gids[index] == gid) return Status::Ok();
+    for (int i = 0; i < kGidTableLength; ++i) {
+      if (i != index && gids[i] == gid) {
+        return Status::Error(EEXIST, fmt::format("set GID: {} is already {} port {} GID[{}]", GidText(gid),
+                                                 name(), port, i));
+      }
+    }
+    gids[index] = gid;
+  }
+  Log().info("{} port {}: GID[{}] = {} (GID_CHANGE)", name(), port, index, GidText(gid));
+  RaisePortEvent(AsyncEventType::kGidChange, port);
+  return Status::Ok();
+}
+
+Status Device::ClearGid(int port, int index) {
+  {
+    std::lock_guard lock(mu_);
+    if (Status s = CheckPortLocked(port, "clear GID"); !s.ok()) return s;
+    if (index < 0 || index >= kGidTableLength) {
+      return InvalidArgument(fmt::format("clear GID: index {} is outside the GID table (0..{})", index,
+                                         kGidTableLength - 1));
+    }
+    if (index == 0) {
+      return Busy(fmt::format("clear GID: {} port {} GID[0] is the port's own address; without it the port "
+                              "could not be reached, so it cannot be removed", name(), port));
+    }
+    auto& entry = ports_[port - 1].gids[index];
+    if (entry.empty()) return Status::Ok();
+    entry = Gid{};
+  }
+  Log().info("{} port {}: GID[{}] cleared (GID_CHANGE)", name(), port, index);
+  RaisePortEvent(AsyncEventType::kGidChange, port);
+  return Status::Ok();
+}
+
+void Device::Fatal(std::string_view why) {
+  if (dead_.exchange(true, std::memory_order_acq_rel)) {
+    Log().info("{}: already dead after a fatal error; nothing more happens", name());
+    return;
+  }
+  Log().error("{}: fatal device error ({}): every QP goes to ERR with its work flushed, nothing is sent or "
+              "received, and verbs other than destroy/close/poll fail with EIO (DEVICE_FATAL)",
+              name(), why);
+  {
+    std::shared_lock dispatch(dispatch_mu_);
+    if (fatal_handler_) fatal_handler_();
+  }
+  Raise({AsyncEventType::kDeviceFatal, 0, 0});
+}
+
+void Device::SetFatalHandler(std::function<void()> handler) {
+  std::unique_lock dispatch(dispatch_mu_);
+  fatal_handler_ = std::move(handler);
 }
 
 Result<Gid> Device::QueryGid(int port, int index) const {
@@ -250,6 +507,15 @@ Result<std::shared_ptr<Device>> Registry::Acquire(int index) {
   if (!dev.ok()) return dev.status();
   open_[index] = *dev;
   return dev;
+}
+
+std::vector<std::shared_ptr<Device>> Registry::OpenDevices() {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<Device>> out;
+  for (const auto& weak : open_) {
+    if (auto dev = weak.lock()) out.push_back(std::move(dev));
+  }
+  return out;
 }
 
 }  // namespace rdmaemu::device

@@ -5,8 +5,14 @@
 // Registry, which keeps a Device alive while any context holds it.
 //
 // Thread safety: identity and configuration are constant after Open; port
-// state and the GID table are guarded by mu_ (the control plane changes them
-// while the application queries them).
+// attributes and the GID table are guarded by mu_ (the control plane changes
+// them while the application queries them); what the data path reads per
+// packet (port up, P_Key table, dead) is atomic.
+//
+// The mutators are what a subnet manager, a cable or the firmware does to a
+// real port: each checks everything first, then applies, then raises its
+// async event to every context of the device (no event when nothing
+// changed). After Fatal() the device is dead for good.
 #pragma once
 
 #include <netinet/in.h>
@@ -20,11 +26,14 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "emulator/base/status.h"
+#include "emulator/device/attributes.h"
 #include "emulator/device/config.h"
 #include "emulator/net/udp_socket.h"
+#include "emulator/objects/directory.h"
 #include "emulator/objects/mr.h"
 
 namespace rdmaemu::device {
@@ -57,6 +66,11 @@ struct AsyncEvent {
   uint8_t port = 0;
 };
 
+// IBA 10.9.3: two P_Keys match when their low 15 bits are equal and at least
+// one of them is a full member (bit 15); a key whose low 15 bits are 0 is
+// invalid and matches nothing.
+bool PkeysMatch(uint16_t a, uint16_t b);
+
 struct PortAttr {
   PortState state = PortState::kActive;
   LinkLayer link_layer = LinkLayer::kEthernet;
@@ -66,6 +80,7 @@ struct PortAttr {
   uint8_t speed = 32;
   uint16_t lid = 0;
   uint16_t sm_lid = 0;
+  uint16_t pkey_table_len = 1;  // kMaxPkeys on InfiniBand ports, 1 on RoCE ports
   uint32_t bad_pkey_count = 0;
   uint32_t qkey_violation_count = 0;
 };
@@ -88,9 +103,9 @@ class Device {
 
   // The address a port's socket is bound to (network order inside in_addr).
   sockaddr_in PortAddress(int port) const;
-  // Where a LID-routed packet (InfiniBand link layer, no GRH) goes: the host
-  // whose address shares this port's upper 16 bits and has the LID as its
-  // lower 16 (network order).
+  // Where a LID-routed packet (InfiniBand link layer, no GRH) goes, in
+  // network order: the port the emulated subnet knows by that LID
+  // (subnet.h), or 0 when no port has it.
   uint32_t LidAddress(int port, uint16_t lid) const;
 
   PortAttr QueryPort(int port) const;
@@ -102,6 +117,44 @@ class Device {
   // Lock-free, for the data path: packets neither leave nor enter a port
   // that is not ACTIVE.
   bool PortUp(int port) const { return port_up_[(port - 1) & 1].load(std::memory_order_relaxed); }
+  // LID change (LID_CHANGE), SM LID change (SM_CHANGE) and a client
+  // reregister request (CLIENT_REREGISTER), as a subnet manager makes them.
+  // InfiniBand link layer ports only: EINVAL on a RoCE port, for a bad port
+  // or for a value that is not a unicast LID (1..0xBFFF). A LID already used
+  // by another live port of the emulated subnet is EADDRINUSE (subnet.h).
+  Status SetLid(int port, uint16_t lid);
+  Status SetSmLid(int port, uint16_t sm_lid);
+  Status ClientReregister(int port);
+  // Writes one P_Key table entry (PKEY_CHANGE); 0 empties it. InfiniBand
+  // ports only (a RoCE port has the one default P_Key). EINVAL for a bad
+  // port, index or the invalid P_Key 0x8000.
+  Status SetPkey(int port, int index, uint16_t pkey);
+  // EINVAL for a bad port or index; an empty entry reads as 0.
+  Result<uint16_t> QueryPkey(int port, int index) const;
+  // Lock-free, for the data path: the P_Key at `index` (0 if out of range).
+  uint16_t PkeyAt(int port, int index) const;
+  // A received packet's P_Key did not match: counted in the port's
+  // bad_pkey_cntr (ibv_query_port).
+  void CountBadPkey(int port);
+  // Changes the active link speed and width (DEVICE_SPEED_CHANGE), IBA
+  // encodings (speed SDR=1 .. NDR=128, width 1x=1 4x=2 8x=4 12x=8 2x=16).
+  Status SetLinkSpeed(int port, uint8_t speed, uint8_t width);
+  // Sets or clears one GID table entry (GID_CHANGE). Entry 0 is the port's
+  // own address: it can be neither set nor cleared (EBUSY). EINVAL for a bad
+  // port or index, the zero GID or a multicast GID; EEXIST for a GID the
+  // table holds at another index.
+  Status SetGid(int port, int index, const Gid& gid);
+  Status ClearGid(int port, int index);
+
+  // A fatal device error (one-way): the fatal handler (the engine) runs
+  // first, then every context gets DEVICE_FATAL. Afterwards dead() is true
+  // and every mutator fails with EIO. A second call changes nothing.
+  void Fatal(std::string_view why);
+  bool dead() const { return dead_.load(std::memory_order_acquire); }
+  // What the engine does at Fatal (moves every QP to ERR and flushes it).
+  // nullptr removes it; waits for a call in progress.
+  void SetFatalHandler(std::function<void()> handler);
+
   // ENODATA for an empty entry, EINVAL for a bad port or index.
   Result<Gid> QueryGid(int port, int index) const;
   // Index of a GID in the port's table, or ENOENT.
@@ -118,6 +171,8 @@ class Device {
   Result<net::UdpSocket> TakeSocket(int port);
 
   objects::MrTable& mrs() { return mrs_; }
+  // The device's QPs, CQs, SRQs and WQs by number, for the control plane.
+  objects::Directory& directory() { return directory_; }
 
  private:
   struct Port {
@@ -128,6 +183,10 @@ class Device {
   };
 
   Device(DeviceConfig config, int index);
+  // Under mu_: the checks every port mutator makes first.
+  Status CheckPortLocked(int port, std::string_view what) const;
+  Status CheckInfiniBandLocked(int port, std::string_view what) const;
+  void RaisePortEvent(AsyncEventType type, int port);
 
   const DeviceConfig config_;
   const int index_;
@@ -138,9 +197,14 @@ class Device {
   std::vector<std::pair<int, Listener>> listeners_;  // guarded by mu_
   std::shared_mutex dispatch_mu_;  // held shared while listeners run
   std::atomic<bool> port_up_[2] = {true, true};
+  std::atomic<uint16_t> pkeys_[2][kMaxPkeys] = {};  // written under mu_, read lock-free
+  std::atomic<uint32_t> bad_pkeys_[2] = {0, 0};
+  std::atomic<bool> dead_{false};
+  std::function<void()> fatal_handler_;  // guarded by dispatch_mu_ (unique to change)
   int next_listener_id_ = 1;
 
   objects::MrTable mrs_;
+  objects::Directory directory_;
 };
 
 // The devices of this process: the configuration, read once, and the Device
@@ -155,6 +219,8 @@ class Registry {
   static uint64_t GuidFor(const std::string& name, int index);
   // Opens (or shares) configured device `index`.
   Result<std::shared_ptr<Device>> Acquire(int index);
+  // The devices open in this process now, in configuration order.
+  std::vector<std::shared_ptr<Device>> OpenDevices();
 
  private:
   std::mutex mu_;

@@ -206,7 +206,8 @@ void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_poin
 }
 
 void Engine::CheckTimers(Qp& qp, Clock::time_point now) {
-  if (qp.attrs.state != QpState::kRts || qp.inflight.empty() || qp.rnr_waiting) return;
+  if (qp.attrs.state != QpState::kRts && qp.attrs.state != QpState::kSqd) return;
+  if (qp.inflight.empty() || qp.rnr_waiting) return;
   if (qp.attrs.timeout == 0 || now < qp.timeout_at) return;
   Count(&qp, &Counters::timeouts);
   if (qp.retries_left == 0) {

@@ -38,7 +38,9 @@
   X(dropped_unknown_qpn, "received packets dropped: no such destination QP")                  \
   X(dropped_bad_state, "received packets dropped: wrong QP state, transport or source")       \
   X(dropped_no_receive, "UD/UC messages dropped: no receive WQE")                             \
-  X(dropped_port_down, "packets dropped: the port is down")
+  X(dropped_port_down, "packets dropped: the port is down")                                 \
+  X(dropped_device_dead, "packets dropped: the device had a fatal error")                    \
+  X(dropped_no_route, "packets dropped: their DLID belongs to no port of the subnet")
 
 namespace rdmaemu::engine {
 

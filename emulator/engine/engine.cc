@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -12,7 +13,8 @@
 #include "emulator/base/log.h"
 #include "emulator/capture/capture.h"
 #include "emulator/engine/internal.h"
-#include "emulator/engine/rss.h"
+#include "emulator/fault/parse.h"
+#include "emulator/fault/shaper.h"
 #include "emulator/objects/mr.h"
 #include "emulator/wire/icrc.h"
 #include "emulator/wire/psn.h"
@@ -46,6 +48,50 @@ void WriteGrh(uint8_t* grh, uint32_t src_ip, uint32_t dst_ip, size_t udp_payload
   for (int i = 0; i < 20; i += 2) sum += LoadBe16(ip + i);
   while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
   StoreBe16(ip + 10, static_cast<uint16_t>(~sum));
+}
+
+// Each port's rate for the fault rule rate=auto: its speed x width.
+std::vector<uint64_t> AutoRates(const device::Device& device) {
+  std::vector<uint64_t> rates;
+  for (int port = 1; port <= device.num_ports(); ++port) {
+    const device::PortAttr attr = device.QueryPort(port);
+    rates.push_back(fault::PortRateBps(attr.width, attr.speed));
+  }
+  return rates;
+}
+
+// Reads RDMAEMU_FAULTS into the injector. A device named in a rule must be
+// one the configuration has (a typo would silently match nothing).
+Status FaultsFromEnvironment(fault::Injector& faults) {
+  const char* v = std::getenv("RDMAEMU_FAULTS");
+  if (v == nullptr || *v == '\0') return Status::Ok();
+  auto set = fault::ParseRules(v);
+  if (!set.ok()) return InvalidArgument(fmt::format("RDMAEMU_FAULTS: {}", set.status().message()));
+  auto config = device::Registry::Get().config();
+  if (config.ok()) {
+    std::vector<std::string> names;
+    for (const auto& d : (*config)->devices) names.push_back(d.name);
+    auto known = [&](const std::optional<std::string>& dev) {
+      return !dev || std::find(names.begin(), names.end(), *dev) != names.end();
+    };
+    auto unknown = [&](const std::string& rule, const std::string& dev) {
+      return InvalidArgument(fmt::format("RDMAEMU_FAULTS: \"{}\": dev={}: no such device (configured: {})",
+                                         rule, dev, fmt::join(names, ", ")));
+    };
+    for (const auto& r : set->rules) {
+      if (!known(r.filter.device)) return unknown(fault::ToString(r), *r.filter.device);
+    }
+    for (const auto& sh : set->shaping) {
+      if (!known(sh.device)) return unknown(fault::ToString(sh), *sh.device);
+    }
+  }
+  if (Status s = faults.Add(v); !s.ok()) {
+    return InvalidArgument(fmt::format("RDMAEMU_FAULTS: {}", s.message()));
+  }
+  if (faults.active()) {
+    Log().info("fault rules from RDMAEMU_FAULTS:\n{}", faults.List());
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -105,6 +151,7 @@ void FlushLocked(Qp& qp, std::vector<std::pair<objects::Cq*, objects::Cqe>>& out
   qp.sq.clear();
   qp.rq.clear();
   qp.sq_outstanding = 0;
+  qp.sqd_admit = 0;
   qp.in_send = false;
   qp.in_write = false;
   qp.write_mr.reset();
@@ -120,31 +167,11 @@ void FlushQp(Qp& qp) {
   }
 }
 
-void FlushWqLocked(Wq& wq, std::vector<objects::Cqe>& out) {
-  for (const auto& w : wq.rq) {
-    objects::Cqe c;
-    c.wr_id = w.wr_id;
-    c.status = objects::WcStatus::kWrFlushErr;
-    c.opcode = objects::WcOpcode::kRecv;
-    c.qp_num = wq.wqn;
-    c.timestamp_ns = NowNs();
-    out.push_back(c);
-  }
-  wq.rq.clear();
-}
-
-void FlushWq(Wq& wq) {
-  std::lock_guard lock(wq.mu);
-  std::vector<objects::Cqe> cqes;
-  FlushWqLocked(wq, cqes);
-  for (auto& c : cqes) {
-    if (!wq.cq->Push(c)) RDMAEMU_WARN_LIMITED("wq#{}: CQ overrun while flushing", wq.wqn);
-  }
-}
-
-Engine::Engine(std::shared_ptr<device::Device> device) : device_(std::move(device)) {}
+Engine::Engine(std::shared_ptr<device::Device> device)
+    : device_(std::move(device)), faults_(device_->name(), AutoRates(*device_)) {}
 
 Engine::~Engine() {
+  device_->SetFatalHandler(nullptr);
   if (loop_) loop_->Stop();
   // The file is complete once the device is closed.
   capture::Flush();
@@ -153,16 +180,18 @@ Engine::~Engine() {
 Result<std::shared_ptr<Engine>> Engine::Start(std::shared_ptr<device::Device> device) {
   auto backend = BackendFromEnvironment();
   if (!backend.ok()) return backend.status();
+  std::shared_ptr<Engine> engine(new Engine(device));
+  if (Status s = FaultsFromEnvironment(engine->faults_); !s.ok()) return s;
   if (Status s = capture::StartFromEnvironment(); !s.ok()) return s;
   auto socket = device->TakeSocket(1);
   if (!socket.ok()) return socket.status();
-  std::shared_ptr<Engine> engine(new Engine(std::move(device)));
   engine->local_ip_ = ntohl(socket->address().sin_addr.s_addr);
   engine->udp_port_ = ntohs(socket->address().sin_port);
   engine->packet_.resize(wire::kMaxPacketBytes);
   auto loop = net::Loop::Create(*backend, std::move(socket).value(), engine.get());
   if (!loop.ok()) return loop.status();
   engine->loop_ = std::move(loop).value();
+  engine->device_->SetFatalHandler([raw = engine.get()] { raw->FailAllQps(); });
   engine->loop_->Start();
   Log().info("{}: engine running on {} ({})", engine->device_->name(),
              net::ToString(engine->loop_->address()), net::ToString(engine->loop_->backend()));
@@ -174,7 +203,7 @@ Result<uint32_t> Engine::AllocateQpn() {
   for (int tries = 0; tries < (1 << 24); ++tries) {
     uint32_t qpn = next_qpn_;
     next_qpn_ = next_qpn_ >= 0xffffff ? 0x11 : next_qpn_ + 1;
-    if (!qps_.contains(qpn) && !wqs_.contains(qpn)) return qpn;
+    if (!qps_.contains(qpn)) return qpn;
   }
   return NoMemory("no free QP number");
 }
@@ -197,23 +226,6 @@ void Engine::RemoveQp(uint32_t qpn) {
   // The loop thread works on a QP only under its mu, holding a reference it
   // found before we unpublished it: taking mu once orders us after that use.
   std::lock_guard lock(qp->mu);
-}
-
-void Engine::AddWq(std::shared_ptr<Wq> wq) {
-  std::unique_lock lock(qps_mu_);
-  uint32_t wqn = wq->wqn;
-  wqs_[wqn] = std::move(wq);
-}
-
-void Engine::RemoveWq(uint32_t wqn) {
-  std::unique_lock lock(qps_mu_);
-  wqs_.erase(wqn);
-}
-
-std::shared_ptr<Wq> Engine::FindWq(uint32_t wqn) {
-  std::shared_lock lock(qps_mu_);
-  auto it = wqs_.find(wqn);
-  return it == wqs_.end() ? nullptr : it->second;
 }
 
 std::shared_ptr<Qp> Engine::FindQp(uint32_t qpn) {
@@ -250,6 +262,8 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
     rung.swap(pending_);
   }
   auto access = device_->mrs().AccessGuard();
+  // Packets the fault rules held back that are due now.
+  faults_.Flush(now, *this);
   for (uint32_t qpn : rung) {
     if (auto qp = FindQp(qpn)) {
       std::lock_guard lock(qp->mu);
@@ -282,15 +296,28 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
       if (!next || qp->timeout_at < *next) next = qp->timeout_at;
     }
   }
+  // Again, for what the work above sent: it may be held back too.
+  if (auto at = faults_.Flush(Clock::now(), *this); at && (!next || *at < *next)) next = at;
   return next;
 }
 
-void Engine::Transmit(Qp* qp, const wire::PacketFields& fields, wire::Gather payload,
+void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather payload,
                       uint32_t dst_ip) {
+  if (device_->dead()) {
+    Count(qp, &Counters::dropped_device_dead);
+    return;
+  }
   if (!device_->PortUp(1)) {
     Count(qp, &Counters::dropped_port_down);
     return;
   }
+  if (dst_ip == 0) {
+    // A DLID that no port of the subnet has (subnet.h): lost, as in a switch.
+    Count(qp, &Counters::dropped_no_route);
+    return;
+  }
+  wire::PacketFields fields = fields_in;
+  if (qp != nullptr) fields.bth.pkey = device_->PkeyAt(qp->attrs.port, qp->attrs.pkey_index);
   wire::IcrcAddressing addr{local_ip_, ntohl(dst_ip), udp_port_, udp_port_};
   auto len = wire::BuildPacket(fields, payload, packet_, &addr);
   if (!len.ok()) {
@@ -301,10 +328,34 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields, wire::Gather pay
   to.sin_family = AF_INET;
   to.sin_addr.s_addr = dst_ip;
   to.sin_port = htons(udp_port_);
-  SendDatagram(to, std::span<const uint8_t>(packet_.data(), *len));
-  Count(qp, &Counters::packets_sent);
-  Count(qp, &Counters::bytes_sent, *len);
+  // The QP counts what it transmitted; the port what crossed the socket
+  // (SendNow), which fault rules may make more or less.
+  if (qp != nullptr) {
+    CountOnQp(*qp, &Counters::packets_sent);
+    CountOnQp(*qp, &Counters::bytes_sent, *len);
+  }
+  std::span<uint8_t> bytes(packet_.data(), *len);
+  if (!faults_.active()) {
+    SendNow(to, bytes);
+    return;
+  }
+  fault::PacketMeta meta;
+  meta.dir = fault::kTx;
+  meta.port = 1;
+  meta.local_qpn = qp != nullptr ? qp->qpn : 0;
+  meta.dst_qpn = fields.bth.dest_qpn;
+  meta.psn = fields.bth.psn;
+  meta.opcode = static_cast<uint8_t>(fields.opcode);
+  faults_.Egress(meta, bytes, to, Clock::now(), *this);
 }
+
+void Engine::SendNow(const sockaddr_in& to, std::span<const uint8_t> bytes) {
+  SendDatagram(to, bytes);
+  Count(nullptr, &Counters::packets_sent);
+  Count(nullptr, &Counters::bytes_sent, bytes.size());
+}
+
+void Engine::Deliver(const net::Datagram& datagram) { ReceiveDatagram(datagram, Clock::now()); }
 
 void Engine::SendDatagram(const sockaddr_in& to, std::span<const uint8_t> bytes) {
   capture::Record({local_ip_, ntohl(to.sin_addr.s_addr), udp_port_, ntohs(to.sin_port)}, bytes);
@@ -312,20 +363,48 @@ void Engine::SendDatagram(const sockaddr_in& to, std::span<const uint8_t> bytes)
   loop_->Send(to, std::span<const iovec>(&iov, 1));
 }
 
-objects::WcStatus Engine::CheckSges(const Qp& qp, const std::vector<Sge>& sges, bool write) {
-  return CheckSges(qp.pd, qp.qpn, sges, write);
+bool Engine::PkeyAccepted(Qp& qp, const wire::PacketView& packet) {
+  const uint16_t mine = device_->PkeyAt(qp.attrs.port, qp.attrs.pkey_index);
+  const uint16_t theirs = packet.bth().pkey();
+  if (device::PkeysMatch(theirs, mine)) return true;
+  Count(&qp, &Counters::dropped_pkey);
+  device_->CountBadPkey(qp.attrs.port);
+  RDMAEMU_WARN_LIMITED("qp#{}: dropped a {} packet with P_Key {:#06x}: the QP's P_Key (index {}) is {:#06x} "
+                       "(P_Key violation, counted in bad_pkey_cntr)",
+                       qp.qpn, packet.info().name, theirs, qp.attrs.pkey_index, mine);
+  return false;
 }
 
-objects::WcStatus Engine::CheckSges(uint32_t pd, uint32_t num, const std::vector<Sge>& sges,
-                                    bool write) {
+void Engine::FailAllQps() {
+  std::vector<std::shared_ptr<Qp>> all;
+  {
+    std::shared_lock lock(qps_mu_);
+    for (const auto& [qpn, qp] : qps_) all.push_back(qp);
+  }
+  // As FlushQp, but the state changes in the same critical section: the
+  // loop thread sees either the old QP or an empty one in ERR. Per-QP
+  // events are not raised: a dead device reports only DEVICE_FATAL.
+  for (const auto& qp : all) {
+    std::lock_guard lock(qp->mu);
+    qp->attrs.state = QpState::kErr;
+    std::vector<std::pair<objects::Cq*, objects::Cqe>> cqes;
+    FlushLocked(*qp, cqes);
+    for (auto& [cq, c] : cqes) {
+      if (!cq->Push(c)) RDMAEMU_WARN_LIMITED("qp#{}: CQ overrun while flushing", qp->qpn);
+    }
+  }
+  Log().info("{}: {} QP(s) moved to ERR and flushed after the fatal error", device_->name(), all.size());
+}
+
+objects::WcStatus Engine::CheckSges(const Qp& qp, const std::vector<Sge>& sges, bool write) {
   for (const Sge& sge : sges) {
     if (sge.length == 0) continue;
     auto mr = device_->mrs().FindByLkey(sge.lkey);
-    if (!mr || mr->pd != pd || !mr->Contains(sge.addr, sge.length) ||
+    if (!mr || mr->pd != qp.pd || !mr->Contains(sge.addr, sge.length) ||
         (write && !(mr->access & objects::kLocalWrite))) {
-      RDMAEMU_WARN_LIMITED("queue #{}: SGE [{:#x}, +{}) lkey {:#x} is not inside a memory region of "
-                           "the queue's PD{}: local protection error",
-                           num, sge.addr, sge.length, sge.lkey,
+      RDMAEMU_WARN_LIMITED("qp#{}: SGE [{:#x}, +{}) lkey {:#x} is not inside a memory region of the "
+                           "QP's PD{}: local protection error",
+                           qp.qpn, sge.addr, sge.length, sge.lkey,
                            write ? " with IBV_ACCESS_LOCAL_WRITE" : "");
       return objects::WcStatus::kLocProtErr;
     }
@@ -400,41 +479,7 @@ void Engine::PushCqe(Qp& qp, objects::Cq* cq, const objects::Cqe& cqe) {
                        "(poll it faster or create it with more entries)",
                        qp.qpn, cqe.wr_id);
   if (cq->TakeOverrunNotice()) device_->Raise({device::AsyncEventType::kCqErr, cq->handle(), 0});
-  // A receive from an SRQ whose completion is lost leaves the SRQ with a
-  // WQE consumed that no one will ever hear of: the SRQ is in error (our
-  // cause of SRQ_ERR, docs/events-wq.md) and gives out no more WQEs.
-  const bool receive = static_cast<uint8_t>(cqe.opcode) & static_cast<uint8_t>(objects::WcOpcode::kRecv);
-  if (receive && qp.srq) {
-    bool first = false;
-    {
-      std::lock_guard lock(qp.srq->mu);
-      first = !qp.srq->error;
-      qp.srq->error = true;
-    }
-    if (first) {
-      Log().warn("qp#{}: a receive taken from its SRQ lost its completion to the CQ overrun: the "
-                 "SRQ is in error (SRQ_ERR) and gives out no more receives; destroy it",
-                 qp.qpn);
-      device_->Raise({device::AsyncEventType::kSrqErr, qp.srq->handle, 0});
-    }
-  }
   EnterError(qp);
-}
-
-void Engine::PushWqCqe(Wq& wq, const objects::Cqe& cqe) {
-  if (wq.cq->Push(cqe)) return;
-  RDMAEMU_WARN_LIMITED("wq#{}: CQ overrun: the completion of WR {} is lost; the CQ and the WQ are "
-                       "in error (poll it faster or create it with more entries)",
-                       wq.wqn, cqe.wr_id);
-  if (wq.cq->TakeOverrunNotice()) {
-    device_->Raise({device::AsyncEventType::kCqErr, wq.cq->handle(), 0});
-  }
-  if (wq.state == WqState::kErr) return;
-  wq.state = WqState::kErr;
-  std::vector<objects::Cqe> flushed;
-  FlushWqLocked(wq, flushed);
-  for (auto& c : flushed) (void)wq.cq->Push(c);  // the CQ is overrun: lost too
-  device_->Raise({device::AsyncEventType::kWqFatal, wq.handle, 0});
 }
 
 bool Engine::TakeRecv(Qp& qp, RecvWqe* out) {
@@ -447,11 +492,6 @@ bool Engine::TakeRecv(Qp& qp, RecvWqe* out) {
   bool limit_reached = false;
   {
     std::lock_guard lock(qp.srq->mu);
-    if (qp.srq->error) {
-      RDMAEMU_WARN_LIMITED("qp#{}: its SRQ is in error (SRQ_ERR): no receive is taken from it",
-                           qp.qpn);
-      return false;
-    }
     if (qp.srq->rq.empty()) return false;
     *out = std::move(qp.srq->rq.front());
     qp.srq->rq.pop_front();
@@ -525,79 +565,99 @@ void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
                     d.data);
     Count(nullptr, &Counters::packets_received);
     Count(nullptr, &Counters::bytes_received, d.data.size());
+    if (device_->dead()) {
+      Count(nullptr, &Counters::dropped_device_dead);
+      continue;
+    }
     if (!device_->PortUp(1)) {
       Count(nullptr, &Counters::dropped_port_down);
       continue;
     }
-    auto packet = wire::ParsePacket(d.data);
-    if (!packet.ok()) {
-      Count(nullptr, &Counters::dropped_malformed);
-      RDMAEMU_WARN_LIMITED("dropped a malformed packet from {}: {}", net::ToString(d.src),
-                           packet.status().message());
+    // Fault rules see what the BTH says; anything shorter goes on to be
+    // dropped as malformed.
+    if (!faults_.active() || d.data.size() < wire::kBthBytes) {
+      ReceiveDatagram(d, now);
       continue;
     }
-    wire::IcrcAddressing addr{ntohl(d.src.sin_addr.s_addr), ntohl(d.dst.s_addr),
-                              ntohs(d.src.sin_port), udp_port_};
-    if (Status s = wire::CheckIcrc(addr, d.data); !s.ok()) {
-      Count(nullptr, &Counters::dropped_icrc);
-      Log().debug("dropped a packet from {}: {}", net::ToString(d.src), s.message());
-      continue;
-    }
-    if (packet->bth().pkey() != wire::kDefaultPkey) {
-      Count(nullptr, &Counters::dropped_pkey);
-      continue;
-    }
-    auto qp = FindQp(packet->dest_qpn());
-    if (!qp) {
-      Count(nullptr, &Counters::dropped_unknown_qpn);
-      Log().debug("dropped a packet for unknown qp#{} from {}", packet->dest_qpn(),
-                  net::ToString(d.src));
-      continue;
-    }
-    // From here on the packet is the QP's.
-    CountOnQp(*qp, &Counters::packets_received);
-    CountOnQp(*qp, &Counters::bytes_received, d.data.size());
-    const wire::Transport t = packet->info().transport;
-    const bool type_ok = (t == wire::Transport::kUd && qp->type == QpType::kUd) ||
-                         (t == wire::Transport::kRc && qp->type == QpType::kRc) ||
-                         (t == wire::Transport::kUc && qp->type == QpType::kUc);
-    if (!type_ok) {
+    const wire::ConstBthView bth(d.data);
+    fault::PacketMeta meta;
+    meta.dir = fault::kRx;
+    meta.port = 1;
+    meta.local_qpn = meta.dst_qpn = bth.dest_qpn();
+    meta.psn = bth.psn();
+    meta.opcode = bth.opcode();
+    faults_.Ingress(meta, d, now, *this);
+  }
+}
+
+void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
+  auto packet = wire::ParsePacket(d.data);
+  if (!packet.ok()) {
+    Count(nullptr, &Counters::dropped_malformed);
+    RDMAEMU_WARN_LIMITED("dropped a malformed packet from {}: {}", net::ToString(d.src),
+                         packet.status().message());
+    return;
+  }
+  wire::IcrcAddressing addr{ntohl(d.src.sin_addr.s_addr), ntohl(d.dst.s_addr),
+                            ntohs(d.src.sin_port), udp_port_};
+  if (Status s = wire::CheckIcrc(addr, d.data); !s.ok()) {
+    Count(nullptr, &Counters::dropped_icrc);
+    Log().debug("dropped a packet from {}: {}", net::ToString(d.src), s.message());
+    return;
+  }
+  auto qp = FindQp(packet->dest_qpn());
+  if (!qp) {
+    Count(nullptr, &Counters::dropped_unknown_qpn);
+    Log().debug("dropped a packet for unknown qp#{} from {}", packet->dest_qpn(),
+                net::ToString(d.src));
+    return;
+  }
+  // From here on the packet is the QP's.
+  CountOnQp(*qp, &Counters::packets_received);
+  CountOnQp(*qp, &Counters::bytes_received, d.data.size());
+  const wire::Transport t = packet->info().transport;
+  const bool type_ok = (t == wire::Transport::kUd && qp->type == QpType::kUd) ||
+                       (t == wire::Transport::kRc && qp->type == QpType::kRc) ||
+                       (t == wire::Transport::kUc && qp->type == QpType::kUc);
+  if (!type_ok) {
+    Count(qp.get(), &Counters::dropped_bad_state);
+    RDMAEMU_WARN_LIMITED("qp#{}: dropped a {} packet: wrong transport for a {} QP", qp->qpn,
+                         packet->info().name, static_cast<int>(qp->type));
+    return;
+  }
+  if (qp->type == QpType::kUd) {
+    ReceiveUd(*qp, *packet, d);
+    return;
+  }
+  std::lock_guard lock(qp->mu);
+  if (!PkeyAccepted(*qp, *packet)) return;
+  const QpState state = qp->attrs.state;
+  // RC/UC packets come only from the connected peer.
+  if (d.src.sin_addr.s_addr != qp->attrs.dest_ip) {
+    Count(qp.get(), &Counters::dropped_bad_state);
+    return;
+  }
+  if (packet->Has(wire::kRequestMask)) {
+    if (state != QpState::kRtr && state != QpState::kRts && state != QpState::kSqd &&
+        state != QpState::kSqe) {
       Count(qp.get(), &Counters::dropped_bad_state);
-      RDMAEMU_WARN_LIMITED("qp#{}: dropped a {} packet: wrong transport for a {} QP", qp->qpn,
-                           packet->info().name, static_cast<int>(qp->type));
-      continue;
+      return;
     }
-    if (qp->type == QpType::kUd) {
-      ReceiveUd(*qp, *packet, d);
-      continue;
+    // The first packet a QP receives in RTR establishes communication.
+    if (state == QpState::kRtr && !qp->comm_est) {
+      qp->comm_est = true;
+      RaiseQpEvent(*qp, device::AsyncEventType::kCommEst);
     }
-    std::lock_guard lock(qp->mu);
-    const QpState state = qp->attrs.state;
-    // RC/UC packets come only from the connected peer.
-    if (d.src.sin_addr.s_addr != qp->attrs.dest_ip) {
+    if (ForcedError(*qp, *packet)) return;
+    OnRequest(*qp, *packet);
+  } else {
+    if (state != QpState::kRts && state != QpState::kSqd && state != QpState::kSqe) {
       Count(qp.get(), &Counters::dropped_bad_state);
-      continue;
+      return;
     }
-    if (packet->Has(wire::kRequestMask)) {
-      if (state != QpState::kRtr && state != QpState::kRts && state != QpState::kSqd &&
-          state != QpState::kSqe) {
-        Count(qp.get(), &Counters::dropped_bad_state);
-        continue;
-      }
-      // The first packet a QP receives in RTR establishes communication.
-      if (state == QpState::kRtr && !qp->comm_est) {
-        qp->comm_est = true;
-        RaiseQpEvent(*qp, device::AsyncEventType::kCommEst);
-      }
-      OnRequest(*qp, *packet);
-    } else {
-      if (state != QpState::kRts && state != QpState::kSqd && state != QpState::kSqe) {
-        Count(qp.get(), &Counters::dropped_bad_state);
-        continue;
-      }
-      OnResponse(*qp, *packet, now);
-      Progress(*qp, now);
-    }
+    if (ForcedError(*qp, *packet)) return;
+    OnResponse(*qp, *packet, now);
+    Progress(*qp, now);
   }
 }
 
@@ -608,14 +668,12 @@ void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagr
     Count(&qp, &Counters::dropped_bad_state);
     return;
   }
+  if (ForcedError(qp, packet)) return;
+  if (!PkeyAccepted(qp, packet)) return;
   if (packet.deth().qkey() != qp.attrs.qkey) {
     Count(&qp, &Counters::dropped_qkey);
     Log().debug("qp#{}: dropped a UD packet with Q_Key {:#x} (QP's is {:#x})", qp.qpn,
                 packet.deth().qkey(), qp.attrs.qkey);
-    return;
-  }
-  if (qp.rss) {
-    ReceiveUdRss(qp, packet, d);
     return;
   }
   RecvWqe wqe;
@@ -625,39 +683,8 @@ void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagr
   }
   objects::Cqe cqe;
   cqe.wr_id = wqe.wr_id;
-  cqe.qp_num = qp.qpn;
-  DeliverUd(wqe, qp.pd, qp.qpn, packet, d, cqe);
-  PushCqe(qp, qp.recv_cq, cqe);
-}
-
-void Engine::ReceiveUdRss(Qp& qp, const wire::PacketView& packet, const net::Datagram& d) {
-  const uint32_t hash = RxHash(qp.rx_hash.key, qp.rx_hash.fields, ntohl(d.src.sin_addr.s_addr),
-                               ntohl(d.dst.s_addr), ntohs(d.src.sin_port), udp_port_);
-  const auto& entries = qp.rss->entries;
-  Wq& wq = *entries[hash & (entries.size() - 1)];
-  std::lock_guard lock(wq.mu);
-  if (wq.state != WqState::kRdy) {
-    Count(&qp, &Counters::dropped_bad_state);
-    Log().debug("qp#{}: dropped a UD message steered to wq#{}, which is not RDY", qp.qpn, wq.wqn);
-    return;
-  }
-  if (wq.rq.empty()) {
-    Count(&qp, &Counters::dropped_no_receive);
-    return;
-  }
-  RecvWqe wqe = std::move(wq.rq.front());
-  wq.rq.pop_front();
-  objects::Cqe cqe;
-  cqe.wr_id = wqe.wr_id;
-  // As on mlx5, whose receive CQEs name the RQ that held the WQE: wq_num.
-  cqe.qp_num = wq.wqn;
-  DeliverUd(wqe, wq.pd, wq.wqn, packet, d, cqe);
-  PushWqCqe(wq, cqe);
-}
-
-void Engine::DeliverUd(const RecvWqe& wqe, uint32_t pd, uint32_t num, const wire::PacketView& packet,
-                       const net::Datagram& d, objects::Cqe& cqe) {
   cqe.opcode = objects::WcOpcode::kRecv;
+  cqe.qp_num = qp.qpn;
   cqe.src_qp = packet.deth().src_qpn();
   cqe.wc_flags = objects::kWcGrh;
   cqe.solicited = packet.bth().solicited();
@@ -670,7 +697,7 @@ void Engine::DeliverUd(const RecvWqe& wqe, uint32_t pd, uint32_t num, const wire
   cqe.byte_len = static_cast<uint32_t>(total);
   if (total > wqe.length) {
     cqe.status = objects::WcStatus::kLocLenErr;
-  } else if (auto s = CheckSges(pd, num, wqe.sges, true); s != objects::WcStatus::kSuccess) {
+  } else if (auto s = CheckSges(qp, wqe.sges, true); s != objects::WcStatus::kSuccess) {
     cqe.status = s;
   } else {
     uint8_t grh[kGrhBytes];
@@ -679,6 +706,74 @@ void Engine::DeliverUd(const RecvWqe& wqe, uint32_t pd, uint32_t num, const wire
     ScatterRange(wqe.sges, kGrhBytes, payload);
   }
   cqe.timestamp_ns = NowNs();
+  PushCqe(qp, qp.recv_cq, cqe);
+}
+
+namespace {
+
+fault::PacketMeta ReceivedMeta(const Qp& qp, const wire::PacketView& packet) {
+  fault::PacketMeta meta;
+  meta.dir = fault::kRx;
+  meta.port = qp.attrs.port;
+  meta.local_qpn = meta.dst_qpn = qp.qpn;
+  meta.psn = packet.psn();
+  meta.opcode = static_cast<uint8_t>(packet.opcode());
+  return meta;
+}
+
+std::string_view StateName(QpState s) {
+  static constexpr std::string_view kNames[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+  return kNames[static_cast<size_t>(s) % 7];
+}
+
+}  // namespace
+
+bool Engine::ForcedError(Qp& qp, const wire::PacketView& packet) {
+  if (!faults_.active()) return false;
+  auto forced = faults_.ForcedOnPacket(ReceivedMeta(qp, packet));
+  if (!forced) return false;
+  Log().warn("{} qp#{} {}→ERR: forced by the fault rule \"{}\" on a {} (PSN {:#x})",
+             device_->name(), qp.qpn, StateName(qp.attrs.state), forced->rule,
+             packet.info().name, packet.psn());
+  RaiseQpEvent(qp, device::AsyncEventType::kQpFatal);
+  EnterError(qp);
+  return true;
+}
+
+bool Engine::ForcedResponse(Qp& qp, const wire::PacketView& packet) {
+  if (!faults_.active()) return false;
+  auto forced = faults_.ForcedOnRequest(ReceivedMeta(qp, packet));
+  if (!forced) return false;
+  const uint32_t psn = packet.psn();
+  switch (forced->action) {
+    case fault::Action::kRnr:
+      Log().debug("{} qp#{}: RNR NAK for PSN {:#x} forced by the fault rule \"{}\"",
+                  device_->name(), qp.qpn, psn, forced->rule);
+      Count(&qp, &Counters::rnr_naks_sent);
+      SendAck(qp, psn, wire::RnrNakSyndrome(qp.attrs.min_rnr_timer));
+      return true;
+    case fault::Action::kNak:
+      if (forced->nak == wire::NakCode::kPsnSequenceError) {
+        // As for a real gap: the requester goes back to this PSN.
+        Log().debug("{} qp#{}: sequence error NAK for PSN {:#x} forced by the fault rule \"{}\"",
+                    device_->name(), qp.qpn, psn, forced->rule);
+        SendAck(qp, psn, wire::NakSyndrome(wire::NakCode::kPsnSequenceError));
+        qp.nak_sent = true;
+        return true;
+      }
+      ResponderError(qp, forced->nak, psn,
+                     fmt::format("forced by the fault rule \"{}\"", forced->rule));
+      return true;
+    case fault::Action::kError:
+      Log().warn("{} qp#{} {}→ERR: forced by the fault rule \"{}\" on a {} (PSN {:#x})",
+                 device_->name(), qp.qpn, StateName(qp.attrs.state), forced->rule,
+                 packet.info().name, psn);
+      RaiseQpEvent(qp, device::AsyncEventType::kQpFatal);
+      EnterError(qp);
+      return true;
+    default:
+      return false;
+  }
 }
 
 Result<std::shared_ptr<Engine>> AcquireEngine(int device_index) {

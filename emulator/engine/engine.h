@@ -26,6 +26,7 @@
 #include "emulator/device/device.h"
 #include "emulator/engine/counters.h"
 #include "emulator/engine/qp.h"
+#include "emulator/fault/injector.h"
 #include "emulator/net/loop.h"
 #include "emulator/wire/packet.h"
 
@@ -34,12 +35,12 @@ namespace rdmaemu::engine {
 // Completes every WQE of the QP with WR_FLUSH_ERR, as a QP in ERR does
 // (caller must not hold qp.mu).
 void FlushQp(Qp& qp);
-// The same for a WQ in ERR (caller must not hold wq.mu).
-void FlushWq(Wq& wq);
 
-class Engine : public net::LoopHandler {
+class Engine : public net::LoopHandler, private fault::PacketSink {
  public:
   // Takes over the device's port-1 socket and starts the loop thread.
+  // RDMAEMU_FAULTS (fault rules, docs/faults.md) is read here: a bad rule
+  // fails the start (EINVAL) with a message naming it.
   static Result<std::shared_ptr<Engine>> Start(std::shared_ptr<device::Device> device);
   ~Engine() override;
 
@@ -58,14 +59,10 @@ class Engine : public net::LoopHandler {
   CounterValues counters() const;
   // One port's. EINVAL for a port the device lacks.
   Result<CounterValues> port_counters(int port) const;
-  // WQ numbers come from the QP number space (a WQ and a QP never share
-  // one, as on mlx5 where both are queues of the device). AddWq publishes
-  // the WQ under its number; after RemoveWq returns the engine holds no
-  // reference to it through the number.
-  Result<uint32_t> AllocateWqn() { return AllocateQpn(); }
-  void AddWq(std::shared_ptr<Wq> wq);
-  void RemoveWq(uint32_t wqn);
-  std::shared_ptr<Wq> FindWq(uint32_t wqn);
+  // The device's fault rules and link shaping (rdmaemu.h, the control
+  // socket): add, clear, list, and what they did.
+  fault::Injector& faults() { return faults_; }
+  fault::FaultCounters fault_counters() const { return faults_.counters(); }
 
   // net::LoopHandler
   void OnDatagrams(std::span<const net::Datagram> batch) override;
@@ -78,16 +75,21 @@ class Engine : public net::LoopHandler {
   // engine.cc: UD and shared helpers.
   void ExecuteUdSend(Qp& qp, const SendWqe& wqe);
   void ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagram& dgram);
-  // ReceiveUd for a QP with an indirection table: the message goes to the
-  // WQ the RX hash picks and completes on that WQ's CQ.
-  void ReceiveUdRss(Qp& qp, const wire::PacketView& packet, const net::Datagram& dgram);
-  // Scatters a UD message (GRH area, then payload) into a receive WQE and
-  // fills the completion's status and length.
-  void DeliverUd(const RecvWqe& wqe, uint32_t pd, uint32_t num, const wire::PacketView& packet,
-                 const net::Datagram& d, objects::Cqe& cqe);
-  // Sends one packet for `qp` (counted on it) to its peer (RC/UC) or
-  // `dst_ip` (network order).
+  // Builds one packet for `qp` (counted on it) to its peer (RC/UC) or
+  // `dst_ip` (network order) and sends it, through the fault rules when
+  // any are active. The BTH gets the P_Key of the QP's pkey_index.
   void Transmit(Qp* qp, const wire::PacketFields& fields, wire::Gather payload, uint32_t dst_ip);
+  // fault::PacketSink. SendNow takes a packet past the fault rules to the
+  // socket (through SendDatagram, counted on the port); Deliver processes a
+  // received datagram past them through ReceiveDatagram.
+  void SendNow(const sockaddr_in& to, std::span<const uint8_t> bytes) override;
+  void Deliver(const net::Datagram& datagram) override;
+  void ReceiveDatagram(const net::Datagram& datagram, Clock::time_point now);
+  // Forced protocol events (fault rules rnr, nak, error); qp.mu held.
+  // ForcedError: true if an `error` rule moved the QP to ERR on this packet.
+  bool ForcedError(Qp& qp, const wire::PacketView& packet);
+  // True if an `rnr` or `nak` rule answered this new request message.
+  bool ForcedResponse(Qp& qp, const wire::PacketView& packet);
   // Bumps a counter of the port (the engine serves port 1's socket) and, if
   // given, of the QP. Relaxed: the data path pays one uncontended add each.
   void Count(Qp* qp, std::atomic<uint64_t> Counters::*c, uint64_t n = 1) {
@@ -98,25 +100,23 @@ class Engine : public net::LoopHandler {
   static void CountOnQp(Qp& qp, std::atomic<uint64_t> Counters::*c, uint64_t n = 1) {
     (qp.counters.*c).fetch_add(n, std::memory_order_relaxed);
   }
+  // The received packet's BTH P_Key matches the QP's P_Key (IBA 10.9.3);
+  // a mismatch is dropped and counted (engine and port bad_pkey_cntr).
+  bool PkeyAccepted(Qp& qp, const wire::PacketView& packet);
+  // Device::Fatal: every QP to ERR with its work flushed (any thread).
+  void FailAllQps();
   // The one exit to the socket: every datagram leaves here, and is captured
   // here (after fault rules, before the kernel), exactly as it goes out.
   void SendDatagram(const sockaddr_in& to, std::span<const uint8_t> bytes);
   // Validates an SGE list against the QP's PD; `write` needs LOCAL_WRITE.
   objects::WcStatus CheckSges(const Qp& qp, const std::vector<Sge>& sges, bool write);
-  // The same against `pd`, naming queue `num` (a QP or WQ) in the log.
-  objects::WcStatus CheckSges(uint32_t pd, uint32_t num, const std::vector<Sge>& sges, bool write);
   // Copies [offset, offset+len) of a WQE's payload into out.
   void GatherRange(const SendWqe& wqe, uint64_t offset, size_t len, std::vector<uint8_t>& out);
   // Writes data at `offset` into an SGE list (already checked).
   void ScatterRange(const std::vector<Sge>& sges, uint64_t offset, std::span<const uint8_t> data);
   // Pushes a completion; a full CQ is overrun: CQ_ERR is raised and the QP
-  // goes to ERR (IBA 11.4.2.1), as Linux's soft-RoCE does. A receive lost
-  // that way that came from an SRQ also puts the SRQ in error (SRQ_ERR).
+  // goes to ERR (IBA 11.4.2.1), as Linux's soft-RoCE does.
   void PushCqe(Qp& qp, objects::Cq* cq, const objects::Cqe& cqe);
-  // Pushes a WQ's receive completion (wq.mu held); an overrun of the WQ's
-  // CQ raises CQ_ERR, moves the WQ to ERR, flushes it and raises WQ_FATAL.
-  // The QP that received is not affected: the WQ is the queue that failed.
-  void PushWqCqe(Wq& wq, const objects::Cqe& cqe);
   // Moves the QP to ERR and flushes it; a QP on an SRQ reports
   // QP_LAST_WQE_REACHED (IBA 11.6.3.5).
   void EnterError(Qp& qp);
@@ -129,9 +129,13 @@ class Engine : public net::LoopHandler {
 
   // requester.cc
   void Progress(Qp& qp, Clock::time_point now);
-  void AdmitWqes(Qp& qp, Clock::time_point now);
+  // Starts at most `limit` posted WQEs; returns how many it started.
+  size_t AdmitWqes(Qp& qp, Clock::time_point now, size_t limit);
   void SendRequest(Qp& qp, Inflight& f, uint32_t psn);
   void RetransmitFrom(Qp& qp, uint32_t psn, Clock::time_point now);
+  // In SQD with nothing started left: clears sq_draining and raises
+  // SQ_DRAINED if the QP asked for it.
+  void CheckDrained(Qp& qp);
 
   // completer.cc
   void OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_point now);
@@ -145,6 +149,8 @@ class Engine : public net::LoopHandler {
   // responder.cc
   void OnRequest(Qp& qp, const wire::PacketView& packet);
   void SendAck(Qp& qp, uint32_t psn, uint8_t syndrome);
+  // RNR NAK for `psn` (no receive WQE): the requester retries it later.
+  void SendRnrNak(Qp& qp, uint32_t psn);
   void ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std::string& why);
   void AnswerRead(Qp& qp, const ReplayEntry& r, uint32_t from_psn);
 
@@ -153,12 +159,11 @@ class Engine : public net::LoopHandler {
   uint32_t local_ip_ = 0;  // host order
   uint16_t udp_port_ = 0;  // host order
   Counters ports_[2];  // per port; a device has at most 2
+  fault::Injector faults_;
 
   std::shared_mutex qps_mu_;
   std::unordered_map<uint32_t, std::shared_ptr<Qp>> qps_;  // guarded by qps_mu_
   uint32_t next_qpn_ = 0x11;                                // guarded by qps_mu_
-
-  std::unordered_map<uint32_t, std::shared_ptr<Wq>> wqs_;  // guarded by qps_mu_
 
   std::mutex pending_mu_;
   std::vector<uint32_t> pending_;  // guarded by pending_mu_: QPs rung since the last OnWork

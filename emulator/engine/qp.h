@@ -19,7 +19,6 @@
 
 #include "emulator/engine/counters.h"
 #include "emulator/engine/work.h"
-#include "emulator/engine/wq.h"
 #include "emulator/objects/cq.h"
 #include "emulator/objects/mr.h"
 
@@ -48,11 +47,13 @@ struct TransportAttrs {
   uint32_t dest_ip = 0;      // network order; RC/UC
   uint32_t access = 0;       // remote access rights granted (IBV_ACCESS_*)
   uint8_t port = 1;
+  uint16_t pkey_index = 0;   // the QP's P_Key: the port's table entry at this index
   uint8_t timeout = 0;       // 4.096 us * 2^timeout; 0 = no timer
   uint8_t retry_cnt = 0;
   uint8_t rnr_retry = 0;     // 7 = retry forever
   uint8_t min_rnr_timer = 0;
   uint8_t max_rd_atomic = 1;
+  bool sqd_notify = false;   // en_sqd_async_notify: raise SQ_DRAINED once drained
 };
 
 // A send WQE the requester has started: its PSNs and progress.
@@ -92,9 +93,6 @@ struct Srq {
   std::deque<RecvWqe> rq;  // guarded by mu
   uint32_t max_wr;         // guarded by mu
   uint32_t limit = 0;      // guarded by mu; 0 = not armed
-  // Guarded by mu. Set when a receive taken from the SRQ lost its completion
-  // to a CQ overrun (SRQ_ERR): the device takes no more WQEs from it.
-  bool error = false;
 };
 
 struct Qp {
@@ -114,10 +112,6 @@ struct Qp {
   std::shared_ptr<Srq> srq;
   // Bumped by the engine thread, read by anyone (counters.h).
   Counters counters;
-  // A UD QP created with an indirection table receives through its WQs
-  // (and has no RQ of its own); set before the QP is added, constant after.
-  std::shared_ptr<const RwqIndTable> rss;
-  RxHashConfig rx_hash;
 
   std::mutex mu;
   TransportAttrs attrs;
@@ -136,11 +130,17 @@ struct Qp {
   bool rnr_waiting = false;
 
   bool comm_est = false;         // COMM_EST raised since the QP entered RTR
+  // SQD: set by the modify to SQD, cleared by the engine once every started
+  // WQE has completed (IBA 10.3.1.3, ibv_qp_attr.sq_draining).
+  bool sq_draining = false;
+  // WQEs posted before the modify to SQD: their doorbell was rung, so they
+  // count as started (a NIC has fetched them) and are still admitted.
+  size_t sqd_admit = 0;
 
   // Responder.
   uint32_t epsn = 0;             // expected request PSN
   uint32_t msn = 0;              // message sequence number
-  bool nak_sent = false;         // one sequence-error NAK per gap
+  bool nak_sent = false;         // one NAK (sequence error or RNR) per gap
   bool uc_resync = false;        // UC: drop until the next FIRST or ONLY
   bool in_send = false;          // a multi-packet SEND is being received
   RecvWqe recv;                  // its receive WQE

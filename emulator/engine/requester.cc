@@ -46,13 +46,18 @@ Clock::duration TransportTimeout(uint8_t timeout) {
 }
 
 void Engine::Progress(Qp& qp, Clock::time_point now) {
-  if (qp.attrs.state != QpState::kRts) return;
+  // In SQD the requester starts no new WQE but finishes those it started
+  // (IBA 10.3.1.3: "drained" once all of them are acknowledged).
+  const bool draining = qp.attrs.state == QpState::kSqd;
+  if (qp.attrs.state != QpState::kRts && !draining) return;
   if (qp.type == QpType::kUd) {
-    while (!qp.sq.empty()) {
+    while (!qp.sq.empty() && (!draining || qp.sqd_admit > 0)) {
+      if (draining) --qp.sqd_admit;
       SendWqe w = std::move(qp.sq.front());
       qp.sq.pop_front();
       ExecuteUdSend(qp, w);
     }
+    CheckDrained(qp);
     return;
   }
   if (qp.rnr_waiting) {
@@ -62,7 +67,11 @@ void Engine::Progress(Qp& qp, Clock::time_point now) {
     }
     qp.rnr_waiting = false;
   }
-  AdmitWqes(qp, now);
+  if (!draining) {
+    AdmitWqes(qp, now, qp.sq.size());
+  } else if (qp.sqd_admit > 0) {
+    qp.sqd_admit -= AdmitWqes(qp, now, qp.sqd_admit);
+  }
   for (Inflight& f : qp.inflight) {
     if (f.packets == 0) break;  // a WQE that failed locally: nothing after it goes out
     const uint32_t last = LastRequestPsn(f);
@@ -84,14 +93,26 @@ void Engine::Progress(Qp& qp, Clock::time_point now) {
       }
       CompleteFront(qp, objects::WcStatus::kSuccess);
     }
+    CheckDrained(qp);
     return;
   }
   if (!qp.inflight.empty()) active_.insert(qp.qpn);
+  CheckDrained(qp);
 }
 
-void Engine::AdmitWqes(Qp& qp, Clock::time_point now) {
+void Engine::CheckDrained(Qp& qp) {
+  if (qp.attrs.state != QpState::kSqd || !qp.sq_draining) return;
+  if (!qp.inflight.empty() || qp.sqd_admit > 0) return;
+  qp.sq_draining = false;
+  Log().debug("{} qp#{}: send queue drained ({} WRs left queued)", device_->name(), qp.qpn,
+              qp.sq.size());
+  if (qp.attrs.sqd_notify) RaiseQpEvent(qp, device::AsyncEventType::kSqDrained);
+}
+
+size_t Engine::AdmitWqes(Qp& qp, Clock::time_point now, size_t limit) {
   const uint32_t mtu = qp.attrs.path_mtu;
-  while (!qp.sq.empty()) {
+  size_t admitted = 0;
+  for (; admitted < limit && !qp.sq.empty(); ++admitted) {
     SendWqe& w = qp.sq.front();
     const bool rd = IsReadOrAtomic(w.op);
     int outstanding_rd = 0;
@@ -121,7 +142,7 @@ void Engine::AdmitWqes(Qp& qp, Clock::time_point now) {
       f.next_psn = f.first_psn;
       f.read_bytes = static_cast<uint64_t>(local);
       qp.inflight.push_back(std::move(f));
-      break;
+      return admitted + 1;
     }
     uint32_t count = f.wqe.op == SendOp::kCompareSwap || f.wqe.op == SendOp::kFetchAdd
                          ? 1
@@ -132,6 +153,7 @@ void Engine::AdmitWqes(Qp& qp, Clock::time_point now) {
     qp.next_send_psn = wire::PsnAdd(f.first_psn, count);
     qp.inflight.push_back(std::move(f));
   }
+  return admitted;
 }
 
 void Engine::SendRequest(Qp& qp, Inflight& f, uint32_t psn) {

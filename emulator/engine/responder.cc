@@ -35,6 +35,16 @@ void Engine::SendAck(Qp& qp, uint32_t psn, uint8_t syndrome) {
   Transmit(&qp, p, wire::Gather(), qp.attrs.dest_ip);
 }
 
+void Engine::SendRnrNak(Qp& qp, uint32_t psn) {
+  Count(&qp, &Counters::rnr_naks_sent);
+  SendAck(qp, psn, wire::RnrNakSyndrome(qp.attrs.min_rnr_timer));
+  // The RNR NAK sends the requester back to this PSN, so it is this gap's
+  // one NAK: the packets pipelined behind it are dropped silently. A
+  // sequence NAK for them would cost the requester a transport retry per
+  // RNR round, and a slow receiver would fail a QP that may wait forever.
+  qp.nak_sent = true;
+}
+
 void Engine::ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std::string& why) {
   if (code == wire::NakCode::kRemoteAccessError) Count(&qp, &Counters::rkey_violations);
   if (qp.type == QpType::kUc) {
@@ -173,13 +183,15 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
                    fmt::format("{} out of the opcode sequence", packet.info().name));
     return;
   }
+  // Fault rules may answer a new request message in place of the responder
+  // (RNR NAK, a NAK, the QP to ERR): only RC has NAKs.
+  if (rc && packet.Has(wire::kFirstMask) && ForcedResponse(qp, packet)) return;
 
   if (is_send) {
     if (packet.Has(wire::kFirstMask)) {
       if (!TakeRecv(qp, &qp.recv)) {
         if (rc) {
-          Count(&qp, &Counters::rnr_naks_sent);
-          SendAck(qp, psn, wire::RnrNakSyndrome(qp.attrs.min_rnr_timer));
+          SendRnrNak(qp, psn);
         } else {
           Count(&qp, &Counters::dropped_no_receive);
           qp.uc_resync = !packet.Has(wire::kLastMask);
@@ -261,8 +273,13 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
     if (imm && !TakeRecv(qp, &imm_recv)) {
       // Checked before writing, so the retried packet finds nothing done.
       if (rc) {
-        Count(&qp, &Counters::rnr_naks_sent);
-        SendAck(qp, psn, wire::RnrNakSyndrome(qp.attrs.min_rnr_timer));
+        SendRnrNak(qp, psn);
+        // An ONLY packet opened the write above: close it again, or its
+        // retry would be refused as out of the opcode sequence.
+        if (packet.Has(wire::kFirstMask)) {
+          qp.in_write = false;
+          qp.write_mr.reset();
+        }
       } else {
         Count(&qp, &Counters::dropped_no_receive);
         qp.in_write = false;

@@ -1,8 +1,9 @@
 // The epoll backend: for kernels and sandboxes that refuse io_uring.
 //
-// One epoll set holds the socket (EPOLLIN, plus EPOLLOUT while a send waits
-// for room) and the doorbell eventfd. Receives are recvmmsg batches, sends
-// are sendmmsg batches; the deadline is epoll_wait's timeout, rounded up to
+// One epoll set holds the sockets (EPOLLIN, plus EPOLLOUT on the one a send
+// waits on for room) and the doorbell eventfd. Receives are recvmmsg batches
+// per socket, sends are sendmmsg batches of consecutive datagrams for one
+// socket; the deadline is epoll_wait's timeout, rounded up to
 // the next millisecond so that the loop never wakes before it.
 #include <netinet/in.h>
 #include <sys/epoll.h>
@@ -23,8 +24,8 @@ namespace {
 
 constexpr int kBatch = 64;        // datagrams per recvmmsg / sendmmsg
 constexpr int kReceiveRounds = 16;  // recvmmsg calls per wakeup, then others get a turn
-constexpr uint64_t kSocketTag = 1;
-constexpr uint64_t kDoorbellTag = 2;
+// epoll tags: a socket's is its index, 0..kMaxSockets-1.
+constexpr uint64_t kDoorbellTag = 1000;
 
 // Room for one IP_PKTINFO control message, aligned for cmsghdr.
 union Control {
@@ -46,8 +47,8 @@ in_addr DestinationOf(const msghdr& msg) {
 
 class EpollLoop final : public LoopBase {
  public:
-  EpollLoop(UdpSocket socket, LoopHandler* handler, int doorbell_fd, int epoll_fd)
-      : LoopBase(Backend::kEpoll, std::move(socket), handler, doorbell_fd),
+  EpollLoop(std::vector<UdpSocket> sockets, LoopHandler* handler, int doorbell_fd, int epoll_fd)
+      : LoopBase(Backend::kEpoll, std::move(sockets), handler, doorbell_fd),
         epoll_fd_(epoll_fd),
         buffers_(size_t{kBatch} * kReceiveBufferBytes),
         queue_(kMaxPendingSends) {}
@@ -57,14 +58,14 @@ class EpollLoop final : public LoopBase {
     close(epoll_fd_);
   }
 
-  void Send(const sockaddr_in& to, std::span<const iovec> iov) override;
+  void Send(int socket, const sockaddr_in& to, std::span<const iovec> iov) override;
 
  private:
   void Run() override;
   // Returns true if any datagram was delivered.
-  bool ReceiveAll();
+  bool ReceiveAll(int socket);
   void Flush();
-  void WatchWritable(bool on);
+  void WatchWritable(int socket, bool on);
   void DrainDoorbell();
 
   const int epoll_fd_;
@@ -83,8 +84,9 @@ class EpollLoop final : public LoopBase {
   std::vector<int> queue_;
   size_t queue_head_ = 0;
   size_t queue_size_ = 0;
-  // The socket said EAGAIN: wait for EPOLLOUT before sending again.
-  bool blocked_ = false;
+  // A socket said EAGAIN: wait for its EPOLLOUT before sending again
+  // (sends keep their order across sockets, so all of them wait).
+  int blocked_ = -1;
 };
 
 void EpollLoop::Run() {
@@ -103,15 +105,16 @@ void EpollLoop::Run() {
       AfterSleep();
       Add(counters().wakeups);
     }
-    bool readable = false;
+    bool readable[kMaxSockets] = {};
     for (int i = 0; i < n; ++i) {
       if (events[i].data.u64 == kDoorbellTag) {
         DrainDoorbell();
       } else {
-        if (events[i].events & (EPOLLIN | EPOLLERR)) readable = true;
-        if (events[i].events & EPOLLOUT) {
-          blocked_ = false;
-          WatchWritable(false);
+        const int s = static_cast<int>(events[i].data.u64);
+        if (events[i].events & (EPOLLIN | EPOLLERR)) readable[s] = true;
+        if ((events[i].events & EPOLLOUT) && blocked_ == s) {
+          blocked_ = -1;
+          WatchWritable(s, false);
         }
       }
     }
@@ -119,13 +122,16 @@ void EpollLoop::Run() {
       RDMAEMU_WARN_LIMITED("epoll_wait: {}", ErrnoText(errno));
     }
     if (RetryDue(Clock::now())) ClearRetry();
-    const bool delivered = readable && ReceiveAll();
+    bool delivered = false;
+    for (int s = 0; s < num_sockets(); ++s) {
+      if (readable[s] && ReceiveAll(s)) delivered = true;
+    }
     MaybeWork(delivered);
     Flush();
   }
 }
 
-bool EpollLoop::ReceiveAll() {
+bool EpollLoop::ReceiveAll(int socket) {
   bool delivered = false;
   for (int round = 0; round < kReceiveRounds && !stop_requested(); ++round) {
     for (int i = 0; i < kBatch; ++i) {
@@ -139,7 +145,7 @@ bool EpollLoop::ReceiveAll() {
       m.msg_control = controls_[i].bytes;
       m.msg_controllen = sizeof(controls_[i].bytes);
     }
-    const int n = recvmmsg(socket_fd(), msgs_.data(), kBatch, MSG_DONTWAIT, nullptr);
+    const int n = recvmmsg(socket_fd(socket), msgs_.data(), kBatch, MSG_DONTWAIT, nullptr);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
@@ -161,6 +167,7 @@ bool EpollLoop::ReceiveAll() {
       d.src = names_[i];
       d.dst = DestinationOf(m);
       d.data = {static_cast<const uint8_t*>(iovs_[i].iov_base), msgs_[i].msg_len};
+      d.socket = socket;
       bytes += msgs_[i].msg_len;
     }
     if (count > 0 && !stop_requested()) {
@@ -175,9 +182,14 @@ bool EpollLoop::ReceiveAll() {
   return delivered;
 }
 
-void EpollLoop::Send(const sockaddr_in& to, std::span<const iovec> iov) {
+void EpollLoop::Send(int socket, const sockaddr_in& to, std::span<const iovec> iov) {
   CheckLoopThread("Loop::Send");
-  const int id = pool_.Acquire(to, iov);
+  if (socket < 0 || socket >= num_sockets()) {
+    Add(counters().send_errors);
+    RDMAEMU_WARN_LIMITED("Loop::Send: no socket {} (the loop has {})", socket, num_sockets());
+    return;
+  }
+  const int id = pool_.Acquire(socket, to, iov);
   if (id < 0) {
     Add(counters().send_drops);
     return;
@@ -188,14 +200,19 @@ void EpollLoop::Send(const sockaddr_in& to, std::span<const iovec> iov) {
 }
 
 void EpollLoop::Flush() {
-  if (blocked_ || RetryPending()) return;
+  if (blocked_ >= 0 || RetryPending()) return;
   while (queue_size_ > 0) {
-    const int k = static_cast<int>(std::min<size_t>(queue_size_, kBatch));
-    for (int i = 0; i < k; ++i) {
-      send_msgs_[i] = {};
-      send_msgs_[i].msg_hdr = pool_[queue_[(queue_head_ + i) % queue_.size()]].msg;
+    // One sendmmsg carries consecutive datagrams of one socket.
+    const int socket = pool_[queue_[queue_head_]].socket;
+    const int most = static_cast<int>(std::min<size_t>(queue_size_, kBatch));
+    int k = 0;
+    for (; k < most; ++k) {
+      const SendSlot& slot = pool_[queue_[(queue_head_ + k) % queue_.size()]];
+      if (slot.socket != socket) break;
+      send_msgs_[k] = {};
+      send_msgs_[k].msg_hdr = slot.msg;
     }
-    const int n = sendmmsg(socket_fd(), send_msgs_.data(), k, MSG_DONTWAIT);
+    const int n = sendmmsg(socket_fd(socket), send_msgs_.data(), k, MSG_DONTWAIT);
     int done = n;
     if (n < 0) {
       const int err = errno;
@@ -203,8 +220,8 @@ void EpollLoop::Flush() {
       if (err == EAGAIN || err == EWOULDBLOCK) {
         // The socket buffer is full: wait until the kernel says there is room.
         Add(counters().send_retries);
-        blocked_ = true;
-        WatchWritable(true);
+        blocked_ = socket;
+        WatchWritable(socket, true);
         return;
       }
       if (err == ENOBUFS) {
@@ -232,11 +249,11 @@ void EpollLoop::Flush() {
   }
 }
 
-void EpollLoop::WatchWritable(bool on) {
+void EpollLoop::WatchWritable(int socket, bool on) {
   epoll_event ev{};
   ev.events = on ? (EPOLLIN | EPOLLOUT) : EPOLLIN;
-  ev.data.u64 = kSocketTag;
-  if (epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, socket_fd(), &ev) != 0) {
+  ev.data.u64 = static_cast<uint64_t>(socket);
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, socket_fd(socket), &ev) != 0) {
     RDMAEMU_WARN_LIMITED("epoll_ctl: {}", ErrnoText(errno));
   }
 }
@@ -249,7 +266,7 @@ void EpollLoop::DrainDoorbell() {
 
 }  // namespace
 
-Result<std::unique_ptr<Loop>> CreateEpollLoop(UdpSocket& socket, LoopHandler* handler) {
+Result<std::unique_ptr<Loop>> CreateEpollLoop(std::vector<UdpSocket>& sockets, LoopHandler* handler) {
   const int doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (doorbell < 0) {
     return Status::Error(errno, "cannot create the doorbell eventfd: " + ErrnoText(errno));
@@ -262,8 +279,11 @@ Result<std::unique_ptr<Loop>> CreateEpollLoop(UdpSocket& socket, LoopHandler* ha
   }
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.u64 = kSocketTag;
-  int rc = epoll_ctl(ep, EPOLL_CTL_ADD, socket.fd(), &ev);
+  int rc = 0;
+  for (size_t i = 0; i < sockets.size() && rc == 0; ++i) {
+    ev.data.u64 = i;
+    rc = epoll_ctl(ep, EPOLL_CTL_ADD, sockets[i].fd(), &ev);
+  }
   if (rc == 0) {
     ev.data.u64 = kDoorbellTag;
     rc = epoll_ctl(ep, EPOLL_CTL_ADD, doorbell, &ev);
@@ -274,7 +294,7 @@ Result<std::unique_ptr<Loop>> CreateEpollLoop(UdpSocket& socket, LoopHandler* ha
     close(doorbell);
     return Status::Error(err, "epoll_ctl: " + ErrnoText(err));
   }
-  return std::unique_ptr<Loop>(new EpollLoop(std::move(socket), handler, doorbell, ep));
+  return std::unique_ptr<Loop>(new EpollLoop(std::move(sockets), handler, doorbell, ep));
 }
 
 }  // namespace rdmaemu::net::internal

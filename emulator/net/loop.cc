@@ -37,16 +37,27 @@ std::string_view ToString(Backend backend) {
 
 Result<std::unique_ptr<Loop>> Loop::Create(Backend backend, UdpSocket socket,
                                            LoopHandler* handler, const LoopOptions& options) {
+  std::vector<UdpSocket> sockets;
+  sockets.push_back(std::move(socket));
+  return Create(backend, std::move(sockets), handler, options);
+}
+
+Result<std::unique_ptr<Loop>> Loop::Create(Backend backend, std::vector<UdpSocket> sockets,
+                                           LoopHandler* handler, const LoopOptions& options) {
   if (handler == nullptr) return InvalidArgument("Loop::Create: no handler");
+  if (sockets.empty() || sockets.size() > static_cast<size_t>(kMaxSockets)) {
+    return InvalidArgument("Loop::Create: " + std::to_string(sockets.size()) +
+                           " sockets; a loop serves 1 to " + std::to_string(kMaxSockets));
+  }
   switch (backend) {
     case Backend::kUring:
-      return internal::CreateUringLoop(socket, handler, options);
+      return internal::CreateUringLoop(sockets, handler, options);
     case Backend::kEpoll:
-      return internal::CreateEpollLoop(socket, handler);
+      return internal::CreateEpollLoop(sockets, handler);
     case Backend::kAuto:
       break;
   }
-  auto uring = internal::CreateUringLoop(socket, handler, options);
+  auto uring = internal::CreateUringLoop(sockets, handler, options);
   if (uring.ok()) return uring;
   // Said once per process: every device of a process falls back for the same
   // reason. Info, not warn: the epoll engine is a correct engine, and a
@@ -56,7 +67,7 @@ Result<std::unique_ptr<Loop>> Loop::Create(Backend backend, UdpSocket socket,
     Log().info("io_uring is not available ({}); using the epoll engine",
                uring.status().message());
   }
-  return internal::CreateEpollLoop(socket, handler);
+  return internal::CreateEpollLoop(sockets, handler);
 }
 
 namespace internal {
@@ -66,7 +77,7 @@ std::string ErrnoText(int err) {
   return text != nullptr ? text : "errno " + std::to_string(err);
 }
 
-int SendPool::Acquire(const sockaddr_in& to, std::span<const iovec> iov) {
+int SendPool::Acquire(int socket, const sockaddr_in& to, std::span<const iovec> iov) {
   int id;
   if (!free_.empty()) {
     id = free_.back();
@@ -86,6 +97,7 @@ int SendPool::Acquire(const sockaddr_in& to, std::span<const iovec> iov) {
     if (v.iov_len != 0) std::memcpy(s.bytes.data() + at, v.iov_base, v.iov_len);
     at += v.iov_len;
   }
+  s.socket = socket;
   s.to = to;
   s.iov = {s.bytes.data(), total};
   s.msg = {};
@@ -96,9 +108,10 @@ int SendPool::Acquire(const sockaddr_in& to, std::span<const iovec> iov) {
   return id;
 }
 
-LoopBase::LoopBase(Backend backend, UdpSocket socket, LoopHandler* handler, int doorbell_fd)
+LoopBase::LoopBase(Backend backend, std::vector<UdpSocket> sockets, LoopHandler* handler,
+                   int doorbell_fd)
     : backend_(backend),
-      socket_(std::move(socket)),
+      sockets_(std::move(sockets)),
       handler_(handler),
       doorbell_fd_(doorbell_fd) {}
 

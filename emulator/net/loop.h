@@ -1,15 +1,16 @@
 // Loop: the engine's network thread. One per open device.
 //
-// A Loop owns one UdpSocket and one thread. The thread sleeps in the kernel
-// until a datagram arrives, someone rings the doorbell, or the handler's
+// A Loop owns the device's UdpSockets (one per port, at most kMaxSockets)
+// and one thread. The thread sleeps in the kernel
+// until a datagram arrives on any socket, someone rings the doorbell, or the handler's
 // deadline passes; then it calls the handler and sends what the handler queued.
 // With no deadline it sleeps indefinitely: an idle loop uses no CPU.
 //
 // Two backends behave the same:
-//   kUring  io_uring: one multishot recvmsg into a provided buffer ring,
+//   kUring  io_uring: one multishot recvmsg per socket into a shared provided buffer ring,
 //           sendmsg SQEs submitted together, the doorbell eventfd read by an
 //           SQE, the deadline as the wait's timeout.
-//   kEpoll  epoll_wait on the socket and the doorbell eventfd, recvmmsg and
+//   kEpoll  epoll_wait on the sockets and the doorbell eventfd, recvmmsg and
 //           sendmmsg batches.
 // kAuto picks io_uring and falls back to epoll where the kernel refuses it
 // (Docker's default seccomp profile, kernel.io_uring_disabled, a kernel older
@@ -32,6 +33,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "emulator/base/status.h"
 #include "emulator/net/udp_socket.h"
@@ -44,6 +46,7 @@ struct Datagram {
   sockaddr_in src;  // the sender's address and port
   in_addr dst;      // the destination address in the IP header (IP_PKTINFO)
   std::span<const uint8_t> data;
+  int socket = 0;   // which of the loop's sockets received it (0-based)
 };
 
 class LoopHandler {
@@ -97,6 +100,8 @@ inline constexpr size_t kReceiveBufferBytes = 8192;
 // is reliable (RC retransmits) and must not make the engine's memory grow
 // without bound when a peer stops reading.
 inline constexpr size_t kMaxPendingSends = 4096;
+// A device has at most two ports, each with its own socket.
+inline constexpr int kMaxSockets = 2;
 
 struct LoopOptions {
   // Test seam: an errno value (EPERM, ENOSYS, ...) makes io_uring setup fail
@@ -113,13 +118,19 @@ class Loop {
   static Result<std::unique_ptr<Loop>> Create(Backend backend, UdpSocket socket,
                                               LoopHandler* handler,
                                               const LoopOptions& options = {});
+  // The same over 1..kMaxSockets sockets, served by the one thread; a
+  // datagram says which socket received it, and Send names the one to use.
+  static Result<std::unique_ptr<Loop>> Create(Backend backend, std::vector<UdpSocket> sockets,
+                                              LoopHandler* handler,
+                                              const LoopOptions& options = {});
 
   virtual ~Loop() = default;
 
   // The backend actually running (never kAuto).
   virtual Backend backend() const = 0;
-  // The bound address of the socket.
-  virtual const sockaddr_in& address() const = 0;
+  // The bound address of a socket (0-based, as in Datagram::socket).
+  virtual const sockaddr_in& address(int socket = 0) const = 0;
+  virtual int num_sockets() const = 0;
   // Spawns the thread. Call once.
   virtual void Start() = 0;
   // Wakes the thread and joins it. Idempotent; the destructor calls it.
@@ -132,7 +143,9 @@ class Loop {
   // Loop thread only: sends one datagram, gathered from `iov` (copied before
   // Send returns). Sends are queued and flushed together when the handler
   // returns, or earlier when a batch fills.
-  virtual void Send(const sockaddr_in& to, std::span<const iovec> iov) = 0;
+  virtual void Send(int socket, const sockaddr_in& to, std::span<const iovec> iov) = 0;
+  // From the first socket.
+  void Send(const sockaddr_in& to, std::span<const iovec> iov) { Send(0, to, iov); }
   virtual bool InLoopThread() const = 0;
   virtual LoopStats stats() const = 0;
 };

@@ -51,6 +51,7 @@ inline void Add(std::atomic<uint64_t>& counter, uint64_t n = 1) {
 // One datagram waiting to be sent: a copy of its bytes and a msghdr that
 // points at them, stable in memory while the kernel holds it.
 struct SendSlot {
+  int socket = 0;  // which of the loop's sockets sends it
   sockaddr_in to{};
   iovec iov{};
   msghdr msg{};
@@ -62,7 +63,7 @@ struct SendSlot {
 class SendPool {
  public:
   // A free slot filled with the datagram, or -1 if all are in use.
-  int Acquire(const sockaddr_in& to, std::span<const iovec> iov);
+  int Acquire(int socket, const sockaddr_in& to, std::span<const iovec> iov);
   void Release(int id) { free_.push_back(id); }
   SendSlot& operator[](int id) { return *slots_[id]; }
   size_t in_use() const { return slots_.size() - free_.size(); }
@@ -77,11 +78,13 @@ class SendPool {
 // call Stop() first, while its own members still exist.
 class LoopBase : public Loop {
  public:
-  LoopBase(Backend backend, UdpSocket socket, LoopHandler* handler, int doorbell_fd);
+  LoopBase(Backend backend, std::vector<UdpSocket> sockets, LoopHandler* handler, int doorbell_fd);
   ~LoopBase() override;
 
   Backend backend() const override { return backend_; }
-  const sockaddr_in& address() const override { return socket_.address(); }
+  const sockaddr_in& address(int socket = 0) const override { return sockets_.at(socket).address(); }
+  int num_sockets() const override { return static_cast<int>(sockets_.size()); }
+  using Loop::Send;
   void Start() override;
   void Stop() override;
   void Ring() override;
@@ -91,7 +94,7 @@ class LoopBase : public Loop {
  protected:
   virtual void Run() = 0;
 
-  int socket_fd() const { return socket_.fd(); }
+  int socket_fd(int socket) const { return sockets_[socket].fd(); }
   int doorbell_fd() const { return doorbell_fd_; }
   LoopHandler& handler() { return *handler_; }
   Counters& counters() { return counters_; }
@@ -126,7 +129,7 @@ class LoopBase : public Loop {
 
   // Constant after construction.
   const Backend backend_;
-  UdpSocket socket_;
+  const std::vector<UdpSocket> sockets_;
   LoopHandler* const handler_;
   const int doorbell_fd_;
 
@@ -148,10 +151,10 @@ class LoopBase : public Loop {
   std::optional<Clock::time_point> retry_at_;
 };
 
-// Backend factories. On failure the socket is left untouched (so that kAuto
-// can hand it to the next backend); on success it is moved into the loop.
-Result<std::unique_ptr<Loop>> CreateUringLoop(UdpSocket& socket, LoopHandler* handler,
+// Backend factories. On failure the sockets are left untouched (so that kAuto
+// can hand them to the next backend); on success they are moved into the loop.
+Result<std::unique_ptr<Loop>> CreateUringLoop(std::vector<UdpSocket>& sockets, LoopHandler* handler,
                                               const LoopOptions& options);
-Result<std::unique_ptr<Loop>> CreateEpollLoop(UdpSocket& socket, LoopHandler* handler);
+Result<std::unique_ptr<Loop>> CreateEpollLoop(std::vector<UdpSocket>& sockets, LoopHandler* handler);
 
 }  // namespace rdmaemu::net::internal

@@ -1,8 +1,9 @@
 // The io_uring backend.
 //
 // Requests the ring carries, told apart by user_data (kind << 32 | slot):
-//   kRecv      one multishot recvmsg on the socket, each datagram landing in
-//              a buffer the kernel picks from a provided buffer ring. It is
+//   kRecv      one multishot recvmsg per socket (the slot is the socket's
+//              index), each datagram landing in a buffer the kernel picks
+//              from the one provided buffer ring they share. It is
 //              re-armed when a completion comes without IORING_CQE_F_MORE
 //              (the kernel ended it, e.g. -ENOBUFS when every buffer was
 //              taken); no datagram is lost then, they wait in the socket.
@@ -188,15 +189,15 @@ Result<std::unique_ptr<UringState>> SetUp(const LoopOptions& options) {
 
 class UringLoop final : public LoopBase {
  public:
-  UringLoop(UdpSocket socket, LoopHandler* handler, std::unique_ptr<UringState> u)
-      : LoopBase(Backend::kUring, std::move(socket), handler, u->doorbell), u_(std::move(u)) {
+  UringLoop(std::vector<UdpSocket> sockets, LoopHandler* handler, std::unique_ptr<UringState> u)
+      : LoopBase(Backend::kUring, std::move(sockets), handler, u->doorbell), u_(std::move(u)) {
     recv_msg_.msg_namelen = sizeof(sockaddr_in);
     recv_msg_.msg_controllen = CMSG_SPACE(sizeof(in_pktinfo));
   }
 
   ~UringLoop() override { Stop(); }
 
-  void Send(const sockaddr_in& to, std::span<const iovec> iov) override;
+  void Send(int socket, const sockaddr_in& to, std::span<const iovec> iov) override;
 
  private:
   struct Received {
@@ -206,7 +207,7 @@ class UringLoop final : public LoopBase {
 
   void Run() override;
   io_uring_sqe* GetSqe();
-  void ArmRecv();
+  void ArmRecv(int socket);
   void ArmDoorbell();
   void SubmitSend(int id);
   void RetrySends();
@@ -227,7 +228,7 @@ class UringLoop final : public LoopBase {
   msghdr recv_msg_{};  // the layout template of every received buffer
   uint64_t doorbell_value_ = 0;
   int inflight_ = 0;  // requests the kernel still holds
-  bool recv_armed_ = false;
+  bool recv_armed_[kMaxSockets] = {};
   bool doorbell_armed_ = false;
   int recv_error_streak_ = 0;
   bool recv_backoff_ = false;
@@ -246,7 +247,9 @@ void UringLoop::Run() {
       recv_backoff_ = false;
       RetrySends();
     }
-    if (!recv_armed_ && !recv_backoff_) ArmRecv();
+    for (int s = 0; s < num_sockets() && !recv_backoff_; ++s) {
+      if (!recv_armed_[s]) ArmRecv(s);
+    }
     if (!doorbell_armed_) ArmDoorbell();
 
     std::optional<Clock::duration> left;
@@ -286,13 +289,13 @@ io_uring_sqe* UringLoop::GetSqe() {
   }
 }
 
-void UringLoop::ArmRecv() {
+void UringLoop::ArmRecv(int socket) {
   io_uring_sqe* sqe = GetSqe();
-  io_uring_prep_recvmsg_multishot(sqe, socket_fd(), &recv_msg_, 0);
+  io_uring_prep_recvmsg_multishot(sqe, socket_fd(socket), &recv_msg_, 0);
   sqe->flags |= IOSQE_BUFFER_SELECT;
   sqe->buf_group = kBufferGroup;
-  io_uring_sqe_set_data64(sqe, Tag(kRecv));
-  recv_armed_ = true;
+  io_uring_sqe_set_data64(sqe, Tag(kRecv, static_cast<uint32_t>(socket)));
+  recv_armed_[socket] = true;
   ++inflight_;
 }
 
@@ -304,15 +307,20 @@ void UringLoop::ArmDoorbell() {
   ++inflight_;
 }
 
-void UringLoop::Send(const sockaddr_in& to, std::span<const iovec> iov) {
+void UringLoop::Send(int socket, const sockaddr_in& to, std::span<const iovec> iov) {
   CheckLoopThread("Loop::Send");
-  int id = pool_.Acquire(to, iov);
+  if (socket < 0 || socket >= num_sockets()) {
+    Add(counters().send_errors);
+    RDMAEMU_WARN_LIMITED("Loop::Send: no socket {} (the loop has {})", socket, num_sockets());
+    return;
+  }
+  int id = pool_.Acquire(socket, to, iov);
   if (id < 0) {
     // Every slot is taken, most of them probably by sends the kernel has
     // finished but whose completions wait in the CQ: collect those first.
     io_uring_submit(&u_->ring);
     Reap();
-    id = pool_.Acquire(to, iov);
+    id = pool_.Acquire(socket, to, iov);
   }
   if (id < 0) {
     Add(counters().send_drops);
@@ -323,7 +331,7 @@ void UringLoop::Send(const sockaddr_in& to, std::span<const iovec> iov) {
 
 void UringLoop::SubmitSend(int id) {
   io_uring_sqe* sqe = GetSqe();
-  io_uring_prep_sendmsg(sqe, socket_fd(), &pool_[id].msg, 0);
+  io_uring_prep_sendmsg(sqe, socket_fd(pool_[id].socket), &pool_[id].msg, 0);
   io_uring_sqe_set_data64(sqe, Tag(kSend, static_cast<uint32_t>(id)));
   ++inflight_;
 }
@@ -362,8 +370,9 @@ void UringLoop::Reap() {
 }
 
 void UringLoop::HandleRecv(const io_uring_cqe& cqe) {
+  const int socket = static_cast<int>(cqe.user_data & 0xffffffff);
   if (!(cqe.flags & IORING_CQE_F_MORE)) {
-    recv_armed_ = false;
+    recv_armed_[socket] = false;
     --inflight_;
   }
   if (cqe.res < 0) {
@@ -372,7 +381,7 @@ void UringLoop::HandleRecv(const io_uring_cqe& cqe) {
     // once the first time; back off if the receive keeps failing.
     Add(counters().receive_errors);
     Log().debug("multishot recvmsg: {}", ErrnoText(-cqe.res));
-    if (!recv_armed_ && ++recv_error_streak_ > 1) {
+    if (!recv_armed_[socket] && ++recv_error_streak_ > 1) {
       recv_backoff_ = true;
       SetRetryAt(Clock::now() + kSendRetryDelay);
     }
@@ -391,6 +400,7 @@ void UringLoop::HandleRecv(const io_uring_cqe& cqe) {
     return;
   }
   Received r{bid, {}};
+  r.datagram.socket = socket;
   std::memcpy(&r.datagram.src, io_uring_recvmsg_name(out), sizeof(sockaddr_in));
   r.datagram.dst.s_addr = INADDR_ANY;
   for (cmsghdr* c = io_uring_recvmsg_cmsg_firsthdr(out, &recv_msg_); c != nullptr;
@@ -487,11 +497,11 @@ void UringLoop::Drain() {
 
 }  // namespace
 
-Result<std::unique_ptr<Loop>> CreateUringLoop(UdpSocket& socket, LoopHandler* handler,
+Result<std::unique_ptr<Loop>> CreateUringLoop(std::vector<UdpSocket>& sockets, LoopHandler* handler,
                                               const LoopOptions& options) {
   auto state = SetUp(options);
   if (!state.ok()) return state.status();
-  return std::unique_ptr<Loop>(new UringLoop(std::move(socket), handler, std::move(state).value()));
+  return std::unique_ptr<Loop>(new UringLoop(std::move(sockets), handler, std::move(state).value()));
 }
 
 }  // namespace rdmaemu::net::internal

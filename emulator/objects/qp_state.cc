@@ -412,6 +412,16 @@ Status CheckModify(QpType type, const QpAttributes& current, const QpAttributes&
                                        several ? "are" : "is", Arrow(from, to), QpNoun(type),
                                        NeverAllowedReason(extra)));
   }
+  // The path may be replaced in SQD only once nothing is in flight on it
+  // (IBA 11.2.4.2: modifying a QP in SQD is valid once it is drained).
+  if (from == QpState::kSqd && to == QpState::kSqd && current.sq_draining &&
+      (mask & ~(kQpState | kQpCurState))) {
+    return InvalidArgument(fmt::format(
+        "SQD\u2192SQD: {} cannot be modified while the send queue is still draining "
+        "(sq_draining = 1); wait for IBV_EVENT_SQ_DRAINED (set IBV_QP_EN_SQD_ASYNC_NOTIFY on "
+        "RTS\u2192SQD) or for ibv_query_qp to show sq_draining = 0",
+        QpAttrMaskToString(mask & ~(kQpState | kQpCurState))));
+  }
   return CheckValues(current, requested, mask, limits);
 }
 

@@ -45,16 +45,22 @@ t help 0 "$tool" --help && { has help "$out" '^Usage: rdmaemu'; has help "$out" 
 t help_short 0 "$tool" -h && has help_short "$out" '^Usage: rdmaemu'
 t help_word 0 "$tool" help && has help_word "$out" '^Usage: rdmaemu'
 t version 0 "$tool" --version && has version "$out" '^rdmaemu [0-9]+\.[0-9]+\.[0-9]+$'
-for cmd in run devices; do
+for cmd in run devices list port event; do
   t "help_$cmd" 0 "$tool" help "$cmd" && has "help_$cmd" "$out" "^Usage: rdmaemu $cmd"
   t "${cmd}_help" 0 "$tool" "$cmd" --help && has "${cmd}_help" "$out" "^Usage: rdmaemu $cmd"
   t "${cmd}_h" 0 "$tool" "$cmd" -h && has "${cmd}_h" "$out" "^Usage: rdmaemu $cmd"
 done
+has help "$tmp/help.out" '^  list '
+has help "$tmp/help.out" '^  port '
+has help "$tmp/help.out" '^  event '
 # Only working commands are offered: nothing announced for later.
-if grep -qE '^  (port|fault|event|stats|capture|demo) ' "$tmp/help.out"; then
+if grep -qE '^  (fault|stats|capture|demo) ' "$tmp/help.out"; then
   fail "help lists a command that does not exist yet"
 fi
 t unimplemented 2 "$tool" stats && has unimplemented "$err" "unknown command 'stats'"
+# The control commands' help needs no running process and names its options.
+t port_help_text 0 "$tool" port --help && { has port_help_text "$out" '^  down '; has port_help_text "$out" '--pid PID'; }
+t event_help_text 0 "$tool" help event && { has event_help_text "$out" '--qp QPN'; has event_help_text "$out" 'WQ_FATAL'; }
 
 # --- usage errors: status 2, stderr names the culprit, stdout stays clean
 t no_args 2 "$tool" && has no_args "$err" '^Usage: rdmaemu'
@@ -130,6 +136,61 @@ t real_path 0 env -u RUNFILES_DIR -u RUNFILES_MANIFEST_FILE "$real_tool" run -- 
   first=$(sed -n 's/^LD_LIBRARY_PATH=\([^:]*\).*/\1/p' "$out")
   [[ "$(readlink -f "$first/libibverbs.so.1")" == "$want_lib" ]] || fail "real_path: found '$first', not the built library"
 }
+
+# --- the control commands: processes found through their sockets
+# A socket directory of our own, so other tests' processes are not seen.
+export RDMAEMU_CONTROL_DIR="$tmp/ctl"
+sockdir="$RDMAEMU_CONTROL_DIR"
+none_dirs="$sockdir"
+t pid_bad 2 "$tool" port --pid abc emu0 1 down && has pid_bad "$err" "--pid: 'abc' is not a process id"
+t pid_missing 2 "$tool" list --pid && has pid_missing "$err" "'--pid' needs a value"
+t pid_none 1 "$tool" list --pid 999999999 && has pid_none "$err" "no rdmaemu process with pid 999999999 \(looked in $none_dirs\)"
+# A stale socket (its process is gone) is removed and not counted.
+mkdir -p -m 0700 "$sockdir"
+sh -c 'exit 0' & dead=$!; wait $dead
+python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1])' "$sockdir/$dead.sock" 2>/dev/null ||
+  touch "$sockdir/$dead.sock"
+t pid_stale 1 "$tool" list --pid "$dead" && has pid_stale "$err" "no rdmaemu process with pid $dead"
+[[ -e "$sockdir/$dead.sock" ]] && fail "pid_stale: the stale socket $sockdir/$dead.sock was not removed"
+checks=$((checks + 1))
+
+# A running program: ibv_asyncwatch opens emu0 and waits.
+if command -v ibv_asyncwatch >/dev/null && command -v stdbuf >/dev/null; then
+  "$tool" run -- stdbuf -oL ibv_asyncwatch >"$tmp/aw.out" 2>"$tmp/aw.err" &
+  aw=$!
+  for _ in $(seq 100); do [[ -S "$sockdir/$aw.sock" ]] && break; sleep 0.1; done
+  checks=$((checks + 1))
+  [[ -S "$sockdir/$aw.sock" ]] || fail "live: no socket $sockdir/$aw.sock after 10 s"
+  t live_list 0 "$tool" list && { has live_list "$out" "^process $aw ibv_asyncwatch\$"; has live_list "$out" '^emu0 port 1 ACTIVE$'; empty live_list "$err"; }
+  t live_list_pid 0 "$tool" list --pid "$aw" && has live_list_pid "$out" "^process $aw "
+  t live_down 0 "$tool" port emu0 1 down && has live_down "$out" '^emu0 port 1: DOWN \(was ACTIVE\)$'
+  t live_again 0 "$tool" port --pid="$aw" emu0 1 down && has live_again "$out" '^emu0 port 1: already DOWN$'
+  t live_listed_down 0 "$tool" list && has live_listed_down "$out" '^emu0 port 1 DOWN$'
+  t live_up 0 "$tool" port emu0 1 up --pid "$aw" && has live_up "$out" '^emu0 port 1: ACTIVE \(was DOWN\)$'
+  t live_event 0 "$tool" event IBV_EVENT_LID_CHANGE --port emu0 1 && has live_event "$out" '^emu0 port 1: raised IBV_EVENT_LID_CHANGE$'
+  # Errors the process finds: 1 for a failure, 2 for a usage error, with the words named.
+  t live_bad_dev 1 "$tool" port emu5 1 down && { has live_bad_dev "$err" '^rdmaemu port: emu5 is not open in this process \(open: emu0\)$'; empty live_bad_dev "$out"; }
+  t live_bad_port 1 "$tool" port emu0 9 up && has live_bad_port "$err" "^rdmaemu port: emu0 has no port '9'"
+  t live_bad_action 2 "$tool" port emu0 1 sideways && { has live_bad_action "$err" "^rdmaemu port: unknown action 'sideways'$"; has live_bad_action "$err" "^Try 'rdmaemu port --help'.$"; }
+  t live_bad_type 2 "$tool" event frob --qp 1 && has live_bad_type "$err" "'frob' is not an async event type"
+  t live_mismatch 2 "$tool" event cq_err --qp 17 && has live_mismatch "$err" 'CQ_ERR is an event of a CQ: give --cq N, not --qp QPN'
+  t live_no_qp 1 "$tool" event qp_fatal --qp 17 && has live_no_qp "$err" 'no qp 17 in this process'
+  # Two processes: each block is headed by its pid; one failing fails all.
+  "$tool" run -- stdbuf -oL ibv_asyncwatch >"$tmp/aw2.out" 2>"$tmp/aw2.err" &
+  aw2=$!
+  for _ in $(seq 100); do [[ -S "$sockdir/$aw2.sock" ]] && break; sleep 0.1; done
+  t two_list 0 "$tool" list && { has two_list "$out" "^pid $aw:\$"; has two_list "$out" "^pid $aw2:\$"; has two_list "$out" "^process $aw2 "; }
+  t two_fail 1 "$tool" port emu3 1 down && { has two_fail "$err" "^rdmaemu pid $aw: port: emu3 is not open"; has two_fail "$err" "^rdmaemu pid $aw2: port: emu3 is not open"; }
+  kill -TERM "$aw" "$aw2"
+  wait "$aw" "$aw2"
+  checks=$((checks + 1))
+  [[ -e "$sockdir/$aw.sock" || -e "$sockdir/$aw2.sock" ]] && fail "sockets left after SIGTERM: $(ls "$sockdir")"
+  has aw_events "$tmp/aw.out" 'PORT_ERR'
+  has aw_events "$tmp/aw.out" 'LID_CHANGE'
+else
+  fail "ibv_asyncwatch is not installed (run tools/setup)"
+fi
+t none_running 1 "$tool" port emu0 1 down && has none_running "$err" "^rdmaemu port: no running rdmaemu process found \(looked in $none_dirs\)$"
 
 echo "$checks checks, $failures failures"
 [[ $failures -eq 0 ]]

@@ -28,7 +28,8 @@ default_symbols() {
 default_symbols "$real" > "$tmp/real.syms"
 # rdmaemu's own extension node (rdmaemu/rdmaemu.h) is ours alone.
 default_symbols "$ours" | grep -v '@@RDMAEMU_' > "$tmp/ours.syms"
-for sym in rdmaemu_set_port_state rdmaemu_query_counters rdmaemu_query_qp_counters; do
+for sym in rdmaemu_set_port_state rdmaemu_query_counters rdmaemu_query_qp_counters \
+    rdmaemu_fault_add rdmaemu_fault_clear rdmaemu_fault_list; do
   grep -q "^$sym@@RDMAEMU_1.0 " <(default_symbols "$ours") ||
     fail "$sym@@RDMAEMU_1.0 is not exported"
 done

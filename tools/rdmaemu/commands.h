@@ -5,6 +5,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace rdmaemu::cli {
 
@@ -20,6 +22,13 @@ int RunMain(std::span<const std::string> args, const char* argv0);
 
 std::string DevicesHelp();
 int DevicesMain(std::span<const std::string> args, const char* argv0);
+
+// The commands run inside running programs through their control sockets
+// (control.cc): `list`, `port`, `event`, ...
+std::vector<std::pair<std::string_view, std::string_view>> ForwardedSummaries();  // name, summary
+bool IsForwarded(std::string_view name);
+std::string ForwardedHelp(std::string_view name);
+int ForwardedMain(std::string_view name, std::span<const std::string> args);
 
 // Prints "rdmaemu CMD: MESSAGE" and a pointer to the help on stderr; returns kExitUsage.
 int UsageError(std::string_view command, std::string_view message);

@@ -39,6 +39,7 @@ std::string MainHelp() {
       "\n"
       "Commands:\n";
   for (const auto& c : kCommands) out += fmt::format("  {:<10} {}\n", c.name, c.summary);
+  for (const auto& [name, summary] : ForwardedSummaries()) out += fmt::format("  {:<10} {}\n", name, summary);
   out +=
       "  help CMD   show the help of a command\n"
       "\n"
@@ -78,6 +79,10 @@ int Main(int argc, char** argv) {
                    args.size() - 1);
       return kExitUsage;
     }
+    if (IsForwarded(args[1])) {
+      std::fputs(ForwardedHelp(args[1]).c_str(), stdout);
+      return kExitOk;
+    }
     const Command* c = Find(args[1]);
     if (c == nullptr) {
       std::fprintf(stderr, "rdmaemu help: unknown command '%s' (see rdmaemu --help)\n",
@@ -91,6 +96,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "rdmaemu: unknown option '%s' (see rdmaemu --help)\n", args[0].c_str());
     return kExitUsage;
   }
+  if (IsForwarded(first)) return ForwardedMain(first, std::span<const std::string>(args).subspan(1));
   const Command* c = Find(first);
   if (c == nullptr) {
     std::fprintf(stderr, "rdmaemu: unknown command '%s' (see rdmaemu --help)\n", args[0].c_str());

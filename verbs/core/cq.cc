@@ -63,6 +63,9 @@ using namespace rdmaemu::verbs;
 extern "C" {
 
 ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
+  if (Status dead = provider::DeadDevice(context, "ibv_create_comp_channel"); !dead.ok()) {
+    return FailWith<ibv_comp_channel>(dead.code());
+  }
   auto* channel = new CompChannel();
   if (Status s = channel->events.Open(); !s.ok()) {
     delete channel;

@@ -64,4 +64,52 @@ int rdmaemu_query_qp_counters(ibv_qp* qp, rdmaemu_counters* counters) {
   return Fill(rdmaemu::provider::QueryQpCounters(qp), counters);
 }
 
+int rdmaemu_fault_add(ibv_context* context, const char* rules) {
+  if (context == nullptr || rules == nullptr) return EINVAL;
+  return rdmaemu::provider::FaultAdd(context, rules);
+}
+
+int rdmaemu_fault_clear(ibv_context* context) {
+  if (context == nullptr) return EINVAL;
+  return rdmaemu::provider::FaultClear(context);
+}
+
+int rdmaemu_fault_list(ibv_context* context, char* buf, size_t len) {
+  if (context == nullptr || (buf == nullptr && len != 0)) return EINVAL;
+  return rdmaemu::provider::FaultList(context, buf, len);
+
+int rdmaemu_set_port_lid(ibv_context* context, uint8_t port_num, uint16_t lid) {
+  return rdmaemu::provider::SetPortLid(context, port_num, lid);
+}
+
+int rdmaemu_set_sm_lid(ibv_context* context, uint8_t port_num, uint16_t sm_lid) {
+  return rdmaemu::provider::SetSmLid(context, port_num, sm_lid);
+}
+
+int rdmaemu_client_reregister(ibv_context* context, uint8_t port_num) {
+  return rdmaemu::provider::ClientReregister(context, port_num);
+}
+
+int rdmaemu_set_pkey(ibv_context* context, uint8_t port_num, uint16_t index, uint16_t pkey) {
+  return rdmaemu::provider::SetPkey(context, port_num, index, pkey);
+}
+
+int rdmaemu_set_port_speed(ibv_context* context, uint8_t port_num, uint8_t active_speed,
+                           uint8_t active_width) {
+  return rdmaemu::provider::SetPortSpeed(context, port_num, active_speed, active_width);
+}
+
+int rdmaemu_set_gid(ibv_context* context, uint8_t port_num, int index, const ibv_gid* gid) {
+  if (gid == nullptr) return EINVAL;
+  return rdmaemu::provider::SetGid(context, port_num, index, *gid);
+}
+
+int rdmaemu_clear_gid(ibv_context* context, uint8_t port_num, int index) {
+  return rdmaemu::provider::ClearGid(context, port_num, index);
+}
+
+int rdmaemu_device_fatal(ibv_context* context, const char* reason) {
+  return rdmaemu::provider::DeviceFatal(context, reason);
+}
+
 }  // extern "C"

@@ -2,11 +2,14 @@
 #include "emulator/device/device.h"
 
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <future>
 #include <thread>
 #include <vector>
@@ -15,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "emulator/device/attributes.h"
+#include "emulator/device/subnet.h"
 
 namespace rdmaemu::device {
 namespace {
@@ -216,6 +220,252 @@ TEST(DeviceTest, RemoveListenerWaitsForADeliveryInProgress) {
   raiser.join();
   EXPECT_TRUE(finished);
   EXPECT_TRUE(removed);
+}
+
+// --- Port mutators: what a subnet manager, a cable or the firmware does ---
+
+DeviceConfig IbPort(const char* name = "ib0") {
+  PortConfig p;
+  p.link_layer = LinkLayer::kInfiniBand;
+  return DeviceConfig{name, {p}};
+}
+
+// Records every event a device raises.
+struct Recorder {
+  explicit Recorder(Device& d) : dev(d) { id = d.AddListener([this](const AsyncEvent& e) { events.push_back(e); }); }
+  ~Recorder() { dev.RemoveListener(id); }
+  Device& dev;
+  int id;
+  std::vector<AsyncEvent> events;
+};
+
+class MutatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // A private subnet directory: LID records of other tests never collide.
+    dir_ = ::testing::TempDir() + "/subnet-" + std::to_string(::getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    ::setenv("RDMAEMU_SUBNET_DIR", dir_.c_str(), 1);
+  }
+  void TearDown() override { ::unsetenv("RDMAEMU_SUBNET_DIR"); }
+  std::string dir_;
+};
+
+TEST_F(MutatorTest, LidChangeRaisesLidChangeAndShowsInQueryPort) {
+  auto dev = OpenOrDie(IbPort());
+  ASSERT_NE(dev, nullptr);
+  Recorder r(*dev);
+  ASSERT_TRUE(dev->SetLid(1, 0x123).ok());
+  EXPECT_EQ(dev->QueryPort(1).lid, 0x123);
+  ASSERT_EQ(r.events.size(), 1u);
+  EXPECT_EQ(r.events[0].type, AsyncEventType::kLidChange);
+  EXPECT_EQ(r.events[0].port, 1);
+  ASSERT_TRUE(dev->SetLid(1, 0x123).ok());
+  EXPECT_EQ(r.events.size(), 1u) << "no change, no event";
+}
+
+TEST_F(MutatorTest, InvalidLidsAreRefusedNamingTheValue) {
+  auto dev = OpenOrDie(IbPort());
+  ASSERT_NE(dev, nullptr);
+  Recorder r(*dev);
+  const uint16_t before = dev->QueryPort(1).lid;
+  for (uint16_t bad : {0x0, 0xc000, 0xfffe, 0xffff}) {
+    Status s = dev->SetLid(1, bad);
+    EXPECT_EQ(s.code(), EINVAL) << bad;
+    EXPECT_THAT(s.message(), HasSubstr("LID")) << bad;
+    EXPECT_EQ(dev->SetSmLid(1, bad).code(), EINVAL) << bad;
+  }
+  EXPECT_THAT(dev->SetLid(1, 0xc001).message(), HasSubstr("0xc001"));
+  EXPECT_THAT(dev->SetLid(1, 0xc001).message(), HasSubstr("multicast"));
+  EXPECT_EQ(dev->SetLid(2, 5).code(), EINVAL) << "no port 2";
+  EXPECT_EQ(dev->QueryPort(1).lid, before);
+  EXPECT_TRUE(r.events.empty());
+  EXPECT_TRUE(dev->SetLid(1, 0xbfff).ok()) << "the highest unicast LID";
+}
+
+TEST_F(MutatorTest, SmLidAndClientReregisterRaiseTheirEvents) {
+  auto dev = OpenOrDie(IbPort());
+  ASSERT_NE(dev, nullptr);
+  Recorder r(*dev);
+  ASSERT_TRUE(dev->SetSmLid(1, 7).ok());
+  EXPECT_EQ(dev->QueryPort(1).sm_lid, 7);
+  ASSERT_TRUE(dev->ClientReregister(1).ok());
+  ASSERT_EQ(r.events.size(), 2u);
+  EXPECT_EQ(r.events[0].type, AsyncEventType::kSmChange);
+  EXPECT_EQ(r.events[1].type, AsyncEventType::kClientReregister);
+  EXPECT_EQ(r.events[1].port, 1);
+}
+
+TEST_F(MutatorTest, SubnetManagerEventsAreRefusedOnRocePorts) {
+  auto dev = OpenOrDie(OnePort());
+  ASSERT_NE(dev, nullptr);
+  Recorder r(*dev);
+  for (Status s : {dev->SetLid(1, 5), dev->SetSmLid(1, 5), dev->ClientReregister(1), dev->SetPkey(1, 0, 0x8001)}) {
+    EXPECT_EQ(s.code(), EINVAL);
+    EXPECT_THAT(s.message(), HasSubstr("link_layer=infiniband"));
+  }
+  EXPECT_TRUE(r.events.empty());
+  EXPECT_EQ(dev->QueryPort(1).lid, 0);
+  EXPECT_EQ(dev->QueryPort(1).pkey_table_len, 1);
+  auto pkey = dev->QueryPkey(1, 0);
+  ASSERT_TRUE(pkey.ok());
+  EXPECT_EQ(*pkey, 0xffff);
+}
+
+TEST_F(MutatorTest, PkeyTableEntriesChangeWithPkeyChange) {
+  auto dev = OpenOrDie(IbPort());
+  ASSERT_NE(dev, nullptr);
+  Recorder r(*dev);
+  EXPECT_EQ(dev->QueryPort(1).pkey_table_len, kMaxPkeys);
+  EXPECT_EQ(*dev->QueryPkey(1, 0), 0xffff);
+  EXPECT_EQ(*dev->QueryPkey(1, 3), 0) << "empty";
+  ASSERT_TRUE(dev->SetPkey(1, 3, 0x8005).ok());
+  EXPECT_EQ(*dev->QueryPkey(1, 3), 0x8005);
+  EXPECT_EQ(dev->PkeyAt(1, 3), 0x8005);
+  ASSERT_EQ(r.events.size(), 1u);
+  EXPECT_EQ(r.events[0].type, AsyncEventType::kPkeyChange);
+  EXPECT_EQ(r.events[0].port, 1);
+  EXPECT_EQ(dev->SetPkey(1, kMaxPkeys, 0x8001).code(), EINVAL);
+  EXPECT_EQ(dev->SetPkey(1, -1, 0x8001).code(), EINVAL);
+  Status s = dev->SetPkey(1, 1, 0x8000);
+  EXPECT_EQ(s.code(), EINVAL);
+  EXPECT_THAT(s.message(), HasSubstr("0x8000"));
+  ASSERT_TRUE(dev->SetPkey(1, 3, 0).ok()) << "0 empties an entry";
+  EXPECT_EQ(r.events.size(), 2u);
+}
+
+TEST(PkeyTest, MatchingFollowsIba10_9_3) {
+  EXPECT_TRUE(PkeysMatch(0xffff, 0xffff));
+  EXPECT_TRUE(PkeysMatch(0xffff, 0x7fff)) << "full and limited member of one partition";
+  EXPECT_FALSE(PkeysMatch(0x7fff, 0x7fff)) << "two limited members";
+  EXPECT_FALSE(PkeysMatch(0xffff, 0x8001)) << "different partitions";
+  EXPECT_FALSE(PkeysMatch(0x8000, 0x8000)) << "the invalid P_Key matches nothing";
+  EXPECT_FALSE(PkeysMatch(0, 0));
+}
+
+TEST_F(MutatorTest, LinkSpeedAndWidthChangeWithDeviceSpeedChange) {
+  auto dev = OpenOrDie(OnePort());  // both link layers: RoCE here
+  ASSERT_NE(dev, nullptr);
+  Recorder r(*dev);
+  ASSERT_TRUE(dev->SetLinkSpeed(1, 64, 1).ok());  // 1x HDR
+  EXPECT_EQ(dev->QueryPort(1).speed, 64);
+  EXPECT_EQ(dev->QueryPort(1).width, 1);
+  ASSERT_EQ(r.events.size(), 1u);
+  EXPECT_EQ(r.events[0].type, AsyncEventType::kDeviceSpeedChange);
+  EXPECT_EQ(r.events[0].port, 1);
+  for (uint8_t bad : {0, 3, 5, 255}) {
+    Status s = dev->SetLinkSpeed(1, bad, 2);
+    EXPECT_EQ(s.code(), EINVAL) << int{bad};
+    EXPECT_THAT(s.message(), HasSubstr(std::to_string(bad)));
+  }
+  for (uint8_t bad : {0, 3, 32}) EXPECT_EQ(dev->SetLinkSpeed(1, 32, bad).code(), EINVAL) << int{bad};
+  ASSERT_TRUE(dev->SetLinkSpeed(1, 64, 1).ok());
+  EXPECT_EQ(r.events.size(), 1u) << "no change, no event";
+}
+
+TEST_F(MutatorTest, GidEntriesAreSetAndClearedWithGidChangeButNotEntryZero) {
+  auto dev = OpenOrDie(OnePort());
+  ASSERT_NE(dev, nullptr);
+  Recorder r(*dev);
+  Gid g0 = *dev->QueryGid(1, 0);
+  in_addr a{};
+  inet_pton(AF_INET, "10.1.2.3", &a);
+  Gid extra = Gid::FromIpv4(a);
+  ASSERT_TRUE(dev->SetGid(1, 2, extra).ok());
+  EXPECT_EQ(*dev->QueryGid(1, 2), extra);
+  EXPECT_EQ(*dev->FindGid(1, extra), 2);
+  ASSERT_EQ(r.events.size(), 1u);
+  EXPECT_EQ(r.events[0].type, AsyncEventType::kGidChange);
+  EXPECT_EQ(r.events[0].port, 1);
+  EXPECT_EQ(dev->SetGid(1, 3, extra).code(), EEXIST) << "one GID, one entry";
+  EXPECT_EQ(dev->SetGid(1, 3, Gid{}).code(), EINVAL);
+  Gid mc;
+  mc.raw[0] = 0xff;
+  mc.raw[15] = 1;
+  EXPECT_EQ(dev->SetGid(1, 3, mc).code(), EINVAL);
+  EXPECT_EQ(dev->SetGid(1, kGidTableLength, extra).code(), EINVAL);
+  Status s0 = dev->SetGid(1, 0, extra);
+  EXPECT_EQ(s0.code(), EBUSY);
+  EXPECT_THAT(s0.message(), HasSubstr("GID[0]"));
+  EXPECT_EQ(dev->ClearGid(1, 0).code(), EBUSY);
+  EXPECT_EQ(*dev->QueryGid(1, 0), g0);
+  ASSERT_TRUE(dev->ClearGid(1, 2).ok());
+  EXPECT_EQ(dev->QueryGid(1, 2).status().code(), ENODATA);
+  EXPECT_EQ(r.events.size(), 2u);
+  ASSERT_TRUE(dev->ClearGid(1, 2).ok());
+  EXPECT_EQ(r.events.size(), 2u) << "clearing an empty entry changes nothing";
+}
+
+TEST_F(MutatorTest, FatalRunsTheHandlerRaisesDeviceFatalOnceAndFreezesThePorts) {
+  auto dev = OpenOrDie(IbPort());
+  ASSERT_NE(dev, nullptr);
+  Recorder r(*dev);
+  int handled = 0;
+  size_t events_when_handled = 99;
+  dev->SetFatalHandler([&] {
+    ++handled;
+    events_when_handled = r.events.size();
+  });
+  EXPECT_FALSE(dev->dead());
+  dev->Fatal("test");
+  EXPECT_TRUE(dev->dead());
+  EXPECT_EQ(handled, 1);
+  EXPECT_EQ(events_when_handled, 0u) << "QPs are flushed before the event is delivered";
+  ASSERT_EQ(r.events.size(), 1u);
+  EXPECT_EQ(r.events[0].type, AsyncEventType::kDeviceFatal);
+  EXPECT_EQ(r.events[0].port, 0);
+  dev->Fatal("again");
+  EXPECT_EQ(handled, 1);
+  EXPECT_EQ(r.events.size(), 1u) << "one-way: a second fatal changes nothing";
+  EXPECT_EQ(dev->SetLid(1, 9).code(), EIO);
+  EXPECT_EQ(dev->SetPkey(1, 1, 0x8001).code(), EIO);
+  EXPECT_EQ(dev->SetLinkSpeed(1, 1, 1).code(), EIO);
+  EXPECT_EQ(dev->SetPortState(1, PortState::kDown).code(), EIO);
+  dev->SetFatalHandler(nullptr);
+}
+
+// --- LID routing: the emulated subnet (subnet.h) ---
+
+TEST_F(MutatorTest, ANewLidRoutesToThePortAndTheOldOneToNobody) {
+  auto dev = OpenOrDie(IbPort());
+  ASSERT_NE(dev, nullptr);
+  const uint32_t own = dev->PortAddress(1).sin_addr.s_addr;
+  const uint16_t old = dev->QueryPort(1).lid;
+  EXPECT_EQ(dev->LidAddress(1, old), own) << "by default a port's LID is its address's low 16 bits";
+  ASSERT_TRUE(dev->SetLid(1, 0x0042).ok());
+  EXPECT_EQ(dev->LidAddress(1, 0x0042), own);
+  EXPECT_EQ(dev->LidAddress(1, old), 0u) << "the old LID belongs to no port now";
+  ASSERT_TRUE(dev->SetLid(1, old).ok());
+  EXPECT_EQ(dev->LidAddress(1, old), own);
+  EXPECT_NE(dev->LidAddress(1, 0x0042), own);
+}
+
+TEST_F(MutatorTest, ALidHeldByAnotherPortIsRefusedAndReleasedAtClose) {
+  auto a = OpenOrDie(IbPort("a"));
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(a->SetLid(1, 0x0777).ok());
+  {
+    auto b = OpenOrDie(IbPort("b"));
+    ASSERT_NE(b, nullptr);
+    Status s = b->SetLid(1, 0x0777);
+    EXPECT_EQ(s.code(), EADDRINUSE);
+    EXPECT_THAT(s.message(), HasSubstr("0x777"));
+    EXPECT_EQ(b->LidAddress(1, 0x0777), a->PortAddress(1).sin_addr.s_addr) << "seen from another device too";
+  }
+  const uint32_t a_ip = a->PortAddress(1).sin_addr.s_addr;
+  a.reset();
+  in_addr any{};
+  any.s_addr = a_ip;
+  EXPECT_NE(subnet::Resolve(any, 0x0777), a_ip) << "a closed device gives its LID back";
+}
+
+TEST_F(MutatorTest, AConfiguredLidIsRoutable) {
+  DeviceConfig c = IbPort();
+  c.ports[0].lid = 0x0999;
+  auto dev = OpenOrDie(c);
+  ASSERT_NE(dev, nullptr);
+  EXPECT_EQ(dev->QueryPort(1).lid, 0x0999);
+  EXPECT_EQ(dev->LidAddress(1, 0x0999), dev->PortAddress(1).sin_addr.s_addr);
 }
 
 TEST(RegistryTest, DefaultConfigurationIsEmu0) {

@@ -85,9 +85,11 @@ TEST_F(CountersTest, DropsCountOnThePortAndTheQpTheyReached) {
   peer_->SendRaw(bytes);
   // A packet for a QP that does not exist.
   peer_->Send(FakePeer::Request(Opcode::RC_SEND_ONLY, 0xfedcb, 100), std::vector<uint8_t>(16, 1));
-  // Wrong P_Key.
+  // Wrong P_Key: another partition (0x7fff, the limited member of the QP's
+  // default partition, would match). Checked against the QP's own P_Key, so
+  // the violation is the QP's too.
   auto f = FakePeer::Request(Opcode::RC_SEND_ONLY, qp->qp_num, 100);
-  f.bth.pkey = 0x7fff;
+  f.bth.pkey = 0x8001;
   peer_->Send(f, std::vector<uint8_t>(16, 1));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
 
@@ -97,7 +99,8 @@ TEST_F(CountersTest, DropsCountOnThePortAndTheQpTheyReached) {
   EXPECT_EQ(p.dropped_unknown_qpn - p0.dropped_unknown_qpn, 1u);
   EXPECT_EQ(p.dropped_pkey - p0.dropped_pkey, 1u);
   const auto q = Qp(qp);
-  EXPECT_EQ(q.packets_received, q0.packets_received) << "none of them reached the QP";
+  EXPECT_EQ(q.packets_received - q0.packets_received, 1u) << "only the P_Key violation reached the QP";
+  EXPECT_EQ(q.dropped_pkey - q0.dropped_pkey, 1u);
   EXPECT_EQ(q.dropped_icrc, 0u);
 }
 

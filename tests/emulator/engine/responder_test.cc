@@ -1,6 +1,7 @@
 // The RC responder against a fake requester: a UDP socket in the test that
 // crafts RoCEv2 requests and reads the engine's ACKs, NAKs, read responses
 // and atomic ACKs (issue 3, items 2, 5 and 6).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -195,6 +196,37 @@ TEST_F(ResponderTest, SendWithoutReceiveGetsRnrNakWithMinRnrTimerThenRetryIsAcce
   EXPECT_EQ(std::memcmp(recv_->data.data(), data.data(), data.size()), 0);
 }
 
+// The packets a requester pipelined behind an RNR NAKed one are silently
+// dropped: the RNR NAK already sends the requester back to its PSN, and a
+// sequence NAK on top would cost it a transport retry for every RNR round,
+// failing a QP with rnr_retry=7 (forever) with RETRY_EXC_ERR instead (the
+// soak test found this while the receiver was slow to repost).
+TEST_F(ResponderTest, PacketsBehindAnRnrNakGetNoSequenceNak) {
+  RcParams p;
+  p.min_rnr_timer = 14;
+  ibv_qp* qp = emu_.ConnectedQp(p);
+  ASSERT_NE(qp, nullptr);
+  const uint64_t oos_before = Counters().out_of_sequence;
+  for (int round = 0; round < 3; ++round) {
+    for (uint32_t psn = 100; psn <= 102; ++psn) SendOnly(qp, psn, Pattern(16, psn));
+    ExpectAck(100, wire::RnrNakSyndrome(14));
+    ExpectSilence(100ms);
+  }
+  EXPECT_EQ(Counters().out_of_sequence - oos_before, 6u);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(emu_.PostRecv(qp, 30 + i, *recv_, i * 64, 64), 0);
+  for (uint32_t psn = 100; psn <= 102; ++psn) {
+    SendOnly(qp, psn, Pattern(16, psn));
+    ExpectAck(psn, wire::AckSyndrome(), psn - 99);
+  }
+  auto wcs = emu_.PollAll(100ms);
+  ASSERT_EQ(wcs.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(wcs[i].wr_id, 30u + i);
+  // A later gap still gets its sequence NAK.
+  ASSERT_EQ(emu_.PostRecv(qp, 40, *recv_, 0, 64), 0);
+  SendOnly(qp, 104, Pattern(4, 0));
+  ExpectAck(103, wire::NakSyndrome(NakCode::kPsnSequenceError));
+}
+
 // ---------------------------------------------------------------- protection
 
 class WriteProtectionTest : public ResponderTest {
@@ -289,6 +321,71 @@ TEST_F(WriteProtectionTest, MrOfAnotherPdIsNakedRemoteAccess) {
   EXPECT_EQ(emu_.State(qp), IBV_QPS_ERR);
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
   EXPECT_EQ(ibv_dealloc_pd(other), 0);
+}
+
+// An RDMA WRITE with immediate needs a receive: without one it is RNR NAKed
+// and must leave the responder exactly as before, so that the requester's
+// retry of the same packet is accepted (the soak test found an ONLY packet
+// refused as "out of the opcode sequence" on its retry).
+TEST_F(WriteProtectionTest, WriteOnlyWithImmWithoutReceiveGetsRnrNakThenRetryLands) {
+  RcParams p;
+  p.min_rnr_timer = 14;
+  ibv_qp* qp = emu_.ConnectedQp(p);
+  ASSERT_NE(qp, nullptr);
+  wire::PacketFields f =
+      FakePeer::Request(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, qp->qp_num, 100);
+  f.reth = {writable_->addr() + 16, writable_->mr->rkey, 64};
+  f.imm = 0x1234;
+  auto data = Pattern(64, 9);
+  peer_->Send(f, data);
+  ExpectAck(100, wire::RnrNakSyndrome(14));
+  EXPECT_EQ(writable_->data[16], 0x5a) << "an RNR NAKed WRITE must not have written";
+  EXPECT_TRUE(emu_.PollAll(20ms).empty());
+  EXPECT_EQ(emu_.State(qp), IBV_QPS_RTS);
+
+  ASSERT_EQ(emu_.PostRecv(qp, 8, *recv_, 0, 64), 0);
+  peer_->Send(f, data);  // the requester's retry, the same packet
+  ExpectAck(100, wire::AckSyndrome(), 1);
+  auto wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc->opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  EXPECT_EQ(wc->wr_id, 8u);
+  EXPECT_EQ(wc->byte_len, 64u);
+  EXPECT_EQ(ntohl(wc->imm_data), 0x1234u);
+  EXPECT_EQ(std::memcmp(writable_->data.data() + 16, data.data(), 64), 0);
+  EXPECT_EQ(emu_.State(qp), IBV_QPS_RTS);
+}
+
+// The same with a multi-packet WRITE: the RNR NAK comes at the LAST packet,
+// and the retried LAST completes the message.
+TEST_F(WriteProtectionTest, WriteLastWithImmWithoutReceiveGetsRnrNakThenRetryLands) {
+  RcParams p;
+  p.min_rnr_timer = 14;
+  ibv_qp* qp = emu_.ConnectedQp(p);
+  ASSERT_NE(qp, nullptr);
+  auto data = Pattern(1500, 4);
+  std::span<const uint8_t> all(data);
+  wire::PacketFields first = FakePeer::Request(Opcode::RC_RDMA_WRITE_FIRST, qp->qp_num, 100, false);
+  first.reth = {writable_->addr(), writable_->mr->rkey, 1500};
+  peer_->Send(first, all.first(1024));
+  wire::PacketFields last =
+      FakePeer::Request(Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, qp->qp_num, 101);
+  last.imm = 0x77;
+  peer_->Send(last, all.subspan(1024));
+  ExpectAck(101, wire::RnrNakSyndrome(14));
+  EXPECT_EQ(emu_.State(qp), IBV_QPS_RTS);
+
+  ASSERT_EQ(emu_.PostRecv(qp, 9, *recv_, 0, 64), 0);
+  peer_->Send(last, all.subspan(1024));
+  ExpectAck(101, wire::AckSyndrome(), 1);
+  auto wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc->opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  EXPECT_EQ(wc->byte_len, 1500u);
+  EXPECT_EQ(ntohl(wc->imm_data), 0x77u);
+  EXPECT_EQ(std::memcmp(writable_->data.data(), data.data(), data.size()), 0);
 }
 
 // ---------------------------------------------------------------- READ
@@ -449,9 +546,10 @@ TEST_F(ResponderTest, BadIcrcWrongPkeyUnknownQpnAndResetOrInitQpAreDroppedAndCou
   bytes = peer_->Build(FakePeer::Request(Opcode::RC_SEND_ONLY, qp->qp_num, 100), data);
   bytes[20] ^= 0x80;
   peer_->SendRaw(bytes);
-  // Wrong P_Key, ICRC right.
+  // Wrong P_Key (another partition; 0x7fff, the limited member of the QP's
+  // default partition, would match it), ICRC right.
   wire::PacketFields f = FakePeer::Request(Opcode::RC_SEND_ONLY, qp->qp_num, 100);
-  f.bth.pkey = 0x7fff;
+  f.bth.pkey = 0x8001;
   peer_->Send(f, data);
   // Unknown QPN.
   peer_->Send(FakePeer::Request(Opcode::RC_SEND_ONLY, 0xfedcb, 100), data);

@@ -7,6 +7,7 @@
 #define RDMAEMU_RDMAEMU_H
 
 #include <infiniband/verbs.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -61,6 +62,8 @@ struct rdmaemu_counters {
 	uint64_t dropped_bad_state;	/* wrong QP state, transport or source */
 	uint64_t dropped_no_receive;	/* UD/UC: no receive WQE */
 	uint64_t dropped_port_down;
+	uint64_t dropped_device_dead;
+	uint64_t dropped_no_route;
 };
 
 /* A port's counters, or with port_num 0 the whole device's (the sum of its
@@ -71,6 +74,88 @@ int rdmaemu_query_counters(struct ibv_context *context, uint8_t port_num,
 
 /* A QP's counters, since it was created. EINVAL as above. */
 int rdmaemu_query_qp_counters(struct ibv_qp *qp, struct rdmaemu_counters *counters);
+
+/* Fault rules and link shaping on the context's device (the syntax of
+ * RDMAEMU_FAULTS, docs/faults.md), e.g. "drop=0.05,seed=7",
+ * "drop=#3@op=READ_RESPONSE", "rnr=#1@qpn=17", "rate=10gbps@port=1".
+ * rdmaemu_fault_add appends the rules (a seed replaces the current one);
+ * EINVAL for a rule that does not parse, with a log line naming the bad
+ * token, and then nothing changes. */
+int rdmaemu_fault_add(struct ibv_context *context, const char *rules);
+
+/* Removes every fault rule and shaping setting of the device. */
+int rdmaemu_fault_clear(struct ibv_context *context);
+
+/* Writes the active rules, one a line, with how many packets each matched,
+ * NUL-terminated into buf ("" when there are none). ERANGE when len is too
+ * small (buf then holds as much as fits, still NUL-terminated). */
+int rdmaemu_fault_list(struct ibv_context *context, char *buf, size_t len);
+
+/* The subnet manager of an InfiniBand link layer port (configured with
+ * link_layer=infiniband) gives the port a new LID (IBV_EVENT_LID_CHANGE),
+ * moves the subnet manager to another LID (IBV_EVENT_SM_CHANGE), or asks
+ * every client to register again (IBV_EVENT_CLIENT_REREGISTER); every
+ * context of the device gets the event with element.port_num = port_num,
+ * and ibv_query_port shows the new lid / sm_lid. A port's new LID is how
+ * LID-routed peers (an AV or AH without a GRH) reach it from then on, in
+ * every process on the machine; its old LID reaches nobody.
+ * EINVAL: no such port; a RoCE (Ethernet link layer) port, which has no
+ * LIDs; a LID that is not unicast (0, 0xC000..0xFFFF).
+ * EADDRINUSE: another port of the emulated subnet has that LID.
+ * EIO: the device had a fatal error. */
+int rdmaemu_set_port_lid(struct ibv_context *context, uint8_t port_num,
+			 uint16_t lid);
+int rdmaemu_set_sm_lid(struct ibv_context *context, uint8_t port_num,
+		       uint16_t sm_lid);
+int rdmaemu_client_reregister(struct ibv_context *context, uint8_t port_num);
+
+/* Writes P_Key table entry `index` of an InfiniBand port (16 entries; index
+ * 0 starts as the default P_Key 0xFFFF), in host byte order (ibv_query_pkey
+ * returns network order); 0 empties the entry. Every context gets
+ * IBV_EVENT_PKEY_CHANGE. From then on a QP whose pkey_index names the entry
+ * sends that P_Key, and drops (counting bad_pkey_cntr in ibv_query_port)
+ * packets whose P_Key does not match it (IBA 10.9.3: same low 15 bits, one
+ * of the two a full member).
+ * EINVAL: no such port, a RoCE port (one fixed P_Key), an index outside the
+ * table, or 0x8000 (the invalid P_Key). EIO: the device had a fatal error. */
+int rdmaemu_set_pkey(struct ibv_context *context, uint8_t port_num,
+		     uint16_t index, uint16_t pkey);
+
+/* Changes the port's active link speed and width, as when a link retrains;
+ * ibv_query_port shows the new active_speed / active_width and every context
+ * gets IBV_EVENT_DEVICE_SPEED_CHANGE with element.port_num = port_num. Values
+ * are the IBA encodings of struct ibv_port_attr: speed SDR 1, DDR 2, QDR 4,
+ * FDR10 8, FDR 16, EDR 32, HDR 64, NDR 128; width 1x 1, 4x 2, 8x 4, 12x 8,
+ * 2x 16; 0 keeps the current value. Both link layers.
+ * EINVAL: no such port, or a value that is not one of those.
+ * EIO: the device had a fatal error. */
+int rdmaemu_set_port_speed(struct ibv_context *context, uint8_t port_num,
+			   uint8_t active_speed, uint8_t active_width);
+
+/* Sets or clears GID table entry `index` (1..15), as when an address is
+ * added to or removed from a RoCE interface; ibv_query_gid,
+ * ibv_query_gid_ex and ibv_query_gid_table show it and every context gets
+ * IBV_EVENT_GID_CHANGE with element.port_num = port_num (none when nothing
+ * changed). The port keeps sending from and receiving on its own address,
+ * GID 0, which can be neither set nor cleared.
+ * EINVAL: no such port, an index outside the table, the zero GID or a
+ * multicast GID. EBUSY: index 0. EEXIST: the GID is at another index.
+ * EIO: the device had a fatal error. */
+int rdmaemu_set_gid(struct ibv_context *context, uint8_t port_num, int index,
+		    const union ibv_gid *gid);
+int rdmaemu_clear_gid(struct ibv_context *context, uint8_t port_num,
+		      int index);
+
+/* A fatal device error, for good (until every context of the device is
+ * closed): every QP of the device moves to IBV_QPS_ERR and its posted work
+ * completes with IBV_WC_WR_FLUSH_ERR, nothing is sent or received, and every
+ * context gets IBV_EVENT_DEVICE_FATAL. Afterwards verbs fail as on a dead
+ * device: creation, modify and query verbs (and ibv_open_device) with EIO,
+ * while destroy verbs, ibv_close_device, ibv_poll_cq and
+ * ibv_get_async_event still work so that the application can clean up.
+ * `reason` (may be NULL) goes into the log line. Returns 0 (also when the
+ * device is already dead). */
+int rdmaemu_device_fatal(struct ibv_context *context, const char *reason);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,117 @@
+#include "emulator/device/subnet.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include <fmt/format.h>
+
+namespace rdmaemu::device::subnet {
+namespace {
+
+struct Record {
+  std::string value;  // the address (lid-N) or the LID (addr-A)
+  pid_t pid = 0;
+};
+
+std::string AddressText(in_addr a) {
+  char text[INET_ADDRSTRLEN] = "?";
+  ::inet_ntop(AF_INET, &a, text, sizeof text);
+  return text;
+}
+
+bool Alive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
+
+// A record of a live process, or nothing.
+std::optional<Record> Read(const std::string& name) {
+  std::ifstream in(Directory() + "/" + name);
+  Record r;
+  if (!(in >> r.value >> r.pid) || !Alive(r.pid)) return std::nullopt;
+  return r;
+}
+
+Status Write(const std::string& name, const std::string& value) {
+  const std::string dir = Directory();
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::Error(EIO, fmt::format("cannot create the subnet directory {}: {}", dir, std::strerror(errno)));
+  }
+  // Written whole, then renamed: a reader sees the old record or the new one.
+  const std::string tmp = fmt::format("{}/.{}.{}", dir, name, ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << value << ' ' << ::getpid() << '\n';
+    if (!out) return Status::Error(EIO, fmt::format("cannot write {}", tmp));
+  }
+  if (::rename(tmp.c_str(), (dir + "/" + name).c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return Status::Error(EIO, fmt::format("cannot write {}/{}: {}", dir, name, std::strerror(errno)));
+  }
+  return Status::Ok();
+}
+
+// Removes a record only if this process wrote it.
+void RemoveOwn(const std::string& name) {
+  auto r = Read(name);
+  if (r && r->pid == ::getpid()) ::unlink((Directory() + "/" + name).c_str());
+}
+
+std::string LidFile(uint16_t lid) { return fmt::format("lid-{}", lid); }
+std::string AddrFile(in_addr a) { return "addr-" + AddressText(a); }
+
+}  // namespace
+
+std::string Directory() {
+  if (const char* d = std::getenv("RDMAEMU_SUBNET_DIR"); d != nullptr && *d != '\0') return d;
+  if (const char* r = std::getenv("XDG_RUNTIME_DIR"); r != nullptr && *r != '\0') {
+    return std::string(r) + "/rdmaemu-subnet";
+  }
+  return fmt::format("/tmp/rdmaemu-subnet-{}", ::getuid());
+}
+
+uint16_t DefaultLid(in_addr address) { return static_cast<uint16_t>(ntohl(address.s_addr) & 0xffff); }
+
+Status Assign(in_addr address, uint16_t old_lid, uint16_t lid) {
+  const std::string me = AddressText(address);
+  if (auto holder = Read(LidFile(lid)); holder && holder->value != me) {
+    return Status::Error(EADDRINUSE, fmt::format("LID {:#x} is already the LID of the port at {} (process {})",
+                                                 lid, holder->value, holder->pid));
+  }
+  if (lid == DefaultLid(address)) {
+    RemoveOwn(LidFile(lid));
+    RemoveOwn(AddrFile(address));
+  } else {
+    if (Status s = Write(LidFile(lid), me); !s.ok()) return s;
+    if (Status s = Write(AddrFile(address), std::to_string(lid)); !s.ok()) return s;
+  }
+  if (old_lid != lid && old_lid != DefaultLid(address)) RemoveOwn(LidFile(old_lid));
+  return Status::Ok();
+}
+
+void Release(in_addr address, uint16_t lid) {
+  if (lid == DefaultLid(address)) return;
+  RemoveOwn(LidFile(lid));
+  RemoveOwn(AddrFile(address));
+}
+
+uint32_t Resolve(in_addr own, uint16_t lid) {
+  if (auto r = Read(LidFile(lid))) {
+    in_addr a{};
+    if (::inet_pton(AF_INET, r->value.c_str(), &a) == 1) return a.s_addr;
+  }
+  in_addr def{};
+  def.s_addr = htonl((ntohl(own.s_addr) & 0xffff0000u) | lid);
+  if (Read(AddrFile(def))) return 0;  // its port took another LID
+  return def.s_addr;
+}
+
+}  // namespace rdmaemu::device::subnet

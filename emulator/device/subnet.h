@@ -1,0 +1,46 @@
+// The emulated subnet manager's LID table, shared by every process on the
+// machine (each process is its own host).
+//
+// There is no LRH on the wire (RoCEv2 over UDP), so a LID-routed packet (an
+// AV or AH without a GRH, InfiniBand link layer) finds its host by address:
+// a port's LID is, by default, the low 16 bits of its IPv4 address, and LID
+// N resolves to the address with this port's upper 16 bits and N below.
+// A port given another LID (configuration `lid=` or a LID change) records
+// it here, so that every process resolves the new LID to the port and the
+// old one to nobody, as a real subnet's forwarding tables would:
+//   lid-N          "a.b.c.d pid"  LID N belongs to the port at a.b.c.d
+//   addr-a.b.c.d   "N pid"        that port no longer has its default LID
+// Files of processes that are gone are ignored (and replaced).
+//
+// The directory is $RDMAEMU_SUBNET_DIR, else $XDG_RUNTIME_DIR/rdmaemu-subnet,
+// else /tmp/rdmaemu-subnet-UID.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <string>
+
+#include "emulator/base/status.h"
+
+namespace rdmaemu::device::subnet {
+
+// The LID an address has when nothing else was assigned: its low 16 bits.
+uint16_t DefaultLid(in_addr address);
+
+// Gives the port at `address` the unicast LID `lid` (replacing `old_lid`).
+// EADDRINUSE when another live port holds it; EIO when the table cannot be
+// written. Giving back the default LID removes the records.
+Status Assign(in_addr address, uint16_t old_lid, uint16_t lid);
+
+// Removes this process's records for the port (the device closes).
+void Release(in_addr address, uint16_t lid);
+
+// Where LID `lid` is, seen from a port at `own`: an address in network order,
+// or 0 when no port has that LID (its default owner took another).
+uint32_t Resolve(in_addr own, uint16_t lid);
+
+// The directory in use (for messages and tests).
+std::string Directory();
+
+}  // namespace rdmaemu::device::subnet
