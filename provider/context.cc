@@ -9,6 +9,7 @@
 #include "emulator/base/log.h"
 #include "emulator/control/server.h"
 #include "emulator/device/attributes.h"
+#include "emulator/engine/rss.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
 #include "provider/provider.h"
@@ -130,6 +131,13 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
   a.completion_timestamp_mask = ~uint64_t{0};
   a.hca_core_clock = 1000000;  // kHz
   a.phys_port_cnt_ex = static_cast<uint32_t>(dev.num_ports());
+  // Receive-side scaling on UD QPs through WQs (provider/wq.cc).
+  a.max_wq_type_rq = device::kMaxWq;
+  a.rss_caps.supported_qpts = 1u << IBV_QPT_UD;
+  a.rss_caps.max_rwq_indirection_tables = device::kMaxRwqIndTables;
+  a.rss_caps.max_rwq_indirection_table_size = 1u << device::kLogMaxRwqIndTableSize;
+  a.rss_caps.rx_hash_fields_mask = engine::kRxHashSupportedFields;
+  a.rss_caps.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ;
   std::memcpy(attr, &a, std::min(attr_size, sizeof a));
   return 0;
 }
@@ -287,8 +295,9 @@ int RaiseAsyncEvent(ibv_context* context, const ibv_async_event& event) {
       owner = event.element.srq ? event.element.srq->context : nullptr;
       break;
     case T::kWqFatal:
-      Log().warn("rdmaemu_raise_async_event: WQs are not supported, so no WQ can get WQ_FATAL");
-      return EINVAL;
+      object = event.element.wq;
+      owner = event.element.wq ? event.element.wq->context : nullptr;
+      break;
     default:
       if (IsObjectEvent(e.type)) {
         object = event.element.qp;

@@ -25,6 +25,7 @@ struct Context {
   std::shared_ptr<engine::Engine> engine;
   device::Device* device = nullptr;  // the engine's
   int listener_id = 0;
+  std::atomic<int> rwq_ind_tables{0};  // held against device::kMaxRwqIndTables
 };
 
 struct Pd {
@@ -52,6 +53,7 @@ struct Cq {
 
 // The ibv_wr_* batch of a QP created with send_ops_flags (qp_ex.cc).
 struct WrBatch;
+struct RwqIndTable;
 
 struct Qp {
   ibv_qp_ex ibv;  // must be first; starts with ibv_qp
@@ -64,6 +66,9 @@ struct Qp {
   // Set iff created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: the QP then has the
   // ibv_wr_* API and ibv_qp_to_qp_ex returns it.
   std::shared_ptr<WrBatch> wr_batch;
+  // Set iff created with an indirection table (a UD QP receiving through
+  // the table's WQs); constant after creation.
+  RwqIndTable* rss = nullptr;
 };
 
 struct Srq {
@@ -71,6 +76,19 @@ struct Srq {
   std::shared_ptr<engine::Srq> srq;
   std::atomic<int> users{0};  // QPs receiving through it
   uint32_t number = 0;  // in the device's directory (the control plane's name)
+};
+
+struct Wq {
+  ibv_wq ibv;  // must be first
+  std::shared_ptr<engine::Wq> wq;
+  std::atomic<int> users{0};  // indirection-table entries naming it
+};
+
+struct RwqIndTable {
+  ibv_rwq_ind_table ibv;  // must be first
+  std::shared_ptr<const engine::RwqIndTable> table;
+  std::vector<Wq*> entries;
+  std::atomic<int> users{0};  // QPs steering through it
 };
 
 struct Ah {
@@ -89,6 +107,8 @@ inline Cq* ToCq(ibv_cq_ex* c) { return reinterpret_cast<Cq*>(c); }
 inline Qp* ToQp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
 inline Ah* ToAh(ibv_ah* a) { return reinterpret_cast<Ah*>(a); }
 inline Srq* ToSrq(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
+inline Wq* ToWq(ibv_wq* w) { return reinterpret_cast<Wq*>(w); }
+inline RwqIndTable* ToRwqIndTable(ibv_rwq_ind_table* t) { return reinterpret_cast<RwqIndTable*>(t); }
 
 // The device's receive WQE for a receive WR (post_recv and post_srq_recv).
 inline engine::RecvWqe ToRecvWqe(const ibv_recv_wr& wr) {

@@ -108,6 +108,20 @@ int QuerySrq(ibv_srq* srq, ibv_srq_attr* attr);
 int DetachSrq(ibv_srq* srq);
 void FreeSrq(ibv_srq* srq);
 
+// Work queues (IBV_WQT_RQ) and receive indirection tables (wq.cc). The
+// library initialises the WQ's mutex, cond and event count afterwards, as
+// verbs.h's ibv_create_wq does. Destroying a WQ is two steps, as for CQs:
+// Detach fails with EBUSY while an indirection table holds the WQ and else
+// unpublishes it; Free releases it.
+Result<ibv_wq*> CreateWq(ibv_context* context, ibv_wq_init_attr* attr);
+int ModifyWq(ibv_wq* wq, ibv_wq_attr* attr);
+int DetachWq(ibv_wq* wq);
+void FreeWq(ibv_wq* wq);
+// EBUSY while a QP steers through the table.
+Result<ibv_rwq_ind_table*> CreateRwqIndTable(ibv_context* context,
+                                            ibv_rwq_ind_table_init_attr* attr);
+int DestroyRwqIndTable(ibv_rwq_ind_table* table);
+
 Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr);
 int DestroyAh(ibv_ah* ah);
 

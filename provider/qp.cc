@@ -8,6 +8,7 @@
 
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
+#include "emulator/engine/rss.h"
 #include "emulator/objects/qp_state.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
@@ -276,6 +277,12 @@ int PostRecv(ibv_qp* ibv, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   bool flush = false;
   for (; wr != nullptr; wr = wr->next) {
     std::lock_guard lock(eqp.mu);
+    if (eqp.rss) {
+      RDMAEMU_WARN_LIMITED("ibv_post_recv: qp#{} receives through its indirection table's WQs; "
+                           "use ibv_post_wq_recv on them", eqp.qpn);
+      rc = EINVAL;
+      break;
+    }
     if (eqp.srq) {
       RDMAEMU_WARN_LIMITED("ibv_post_recv: qp#{} receives through an SRQ; use ibv_post_srq_recv", eqp.qpn);
       rc = EINVAL;
@@ -317,6 +324,52 @@ void SyncEngineState(Qp& qp) {
   qp.attrs.sq_draining = state == objects::QpState::kSqd && qp.qp->sq_draining;
 }
 
+// A QP with an indirection table (IBV_QP_INIT_ATTR_IND_TABLE and
+// IBV_QP_INIT_ATTR_RX_HASH, both): a UD QP that receives through the
+// table's WQs, steered by a Toeplitz hash of the selected fields (rss.h).
+// mlx5 does this on RAW_PACKET QPs, which this device does not have; the
+// rules are the kernel's for such QPs: no SRQ and no receive queue of its own.
+Status CheckRss(ibv_context* context, const ibv_qp_init_attr_ex& attr) {
+  auto fail = [](int code, std::string why) -> Status {
+    Log().warn("ibv_create_qp_ex: {}", why);
+    return Status::Error(code, std::move(why));
+  };
+  constexpr uint32_t kBoth = IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH;
+  if ((attr.comp_mask & kBoth) != kBoth || attr.rwq_ind_tbl == nullptr) {
+    return fail(EINVAL, "receive-side scaling needs both IBV_QP_INIT_ATTR_IND_TABLE (with "
+                        "rwq_ind_tbl) and IBV_QP_INIT_ATTR_RX_HASH");
+  }
+  if (attr.qp_type != IBV_QPT_UD) {
+    return fail(EOPNOTSUPP, "only a UD QP can steer its receives through an indirection table on "
+                            "this device (mlx5 does it on RAW_PACKET QPs, which it does not have)");
+  }
+  if (attr.rwq_ind_tbl->context != context) {
+    return fail(EINVAL, "the indirection table belongs to another context");
+  }
+  if (attr.srq != nullptr || attr.cap.max_recv_wr != 0 || attr.cap.max_recv_sge != 0) {
+    return fail(EINVAL, "a QP with an indirection table receives through its WQs: srq must be NULL "
+                        "and max_recv_wr and max_recv_sge 0");
+  }
+  const ibv_rx_hash_conf& h = attr.rx_hash_conf;
+  if (h.rx_hash_function != IBV_RX_HASH_FUNC_TOEPLITZ) {
+    return fail(EOPNOTSUPP, fmt::format("rx_hash_function {:#x}: the device hashes with "
+                                        "IBV_RX_HASH_FUNC_TOEPLITZ only",
+                                        h.rx_hash_function));
+  }
+  if (h.rx_hash_key == nullptr || h.rx_hash_key_len != engine::kRxHashKeyBytes) {
+    return fail(EINVAL, fmt::format("the Toeplitz key must be {} bytes (rx_hash_key_len {}{})",
+                                    engine::kRxHashKeyBytes, h.rx_hash_key_len,
+                                    h.rx_hash_key == nullptr ? ", rx_hash_key NULL" : ""));
+  }
+  if (uint64_t bad = h.rx_hash_fields_mask & ~engine::kRxHashSupportedFields; bad != 0) {
+    return fail(EOPNOTSUPP, fmt::format("rx_hash_fields_mask {:#x}: RoCE v2 packets are IPv4 UDP; "
+                                        "the device hashes on IBV_RX_HASH_SRC/DST_IPV4 and "
+                                        "IBV_RX_HASH_SRC/DST_PORT_UDP only",
+                                        bad));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 void InstallQpOps(verbs_context* vctx) {
@@ -331,11 +384,16 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     Log().warn("ibv_create_qp: a QP needs a protection domain");
     return InvalidArgument("no PD");
   }
-  constexpr uint32_t kCompMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  constexpr uint32_t kCompMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+                                 IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH;
   if (attr->comp_mask & ~kCompMask) {
     Log().warn("ibv_create_qp_ex: comp_mask {:#x} asks for features the device does not support "
-               "(XRC, RSS, TSO, create flags …)", attr->comp_mask & ~kCompMask);
+               "(XRC, TSO, create flags …)", attr->comp_mask & ~kCompMask);
     return NotSupported("comp_mask");
+  }
+  const bool rss = attr->comp_mask & (IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH);
+  if (rss) {
+    if (Status s = CheckRss(context, *attr); !s.ok()) return s;
   }
   const bool qp_ex = attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD) {
@@ -345,8 +403,9 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   if (qp_ex) {
     if (Status s = CheckSendOpsFlags(attr->qp_type, attr->send_ops_flags); !s.ok()) return s;
   }
-  if (attr->send_cq == nullptr || attr->recv_cq == nullptr) {
-    Log().warn("ibv_create_qp: send_cq and recv_cq are required");
+  if (attr->send_cq == nullptr || (!rss && attr->recv_cq == nullptr)) {
+    Log().warn("ibv_create_qp: send_cq and recv_cq are required (recv_cq is not used by a QP "
+               "with an indirection table: its WQs have their own CQs)");
     return InvalidArgument("no CQ");
   }
   const ibv_qp_cap& cap = attr->cap;
@@ -365,8 +424,16 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   ibv_qp& q = qp->ibv.qp_base;
   qp->qp = std::make_shared<engine::Qp>(
       *qpn, static_cast<engine::QpType>(attr->qp_type), ToPd(attr->pd)->handle,
-      ToCq(attr->send_cq)->cq.get(), ToCq(attr->recv_cq)->cq.get(), caps,
+      ToCq(attr->send_cq)->cq.get(), rss ? nullptr : ToCq(attr->recv_cq)->cq.get(), caps,
       reinterpret_cast<uint64_t>(&q));
+  if (rss) {
+    qp->rss = ToRwqIndTable(attr->rwq_ind_tbl);
+    ++qp->rss->users;
+    qp->qp->rss = qp->rss->table;
+    const ibv_rx_hash_conf& h = attr->rx_hash_conf;
+    qp->qp->rx_hash.fields = h.rx_hash_fields_mask;
+    qp->qp->rx_hash.key.assign(h.rx_hash_key, h.rx_hash_key + h.rx_hash_key_len);
+  }
   if (attr->srq != nullptr) {
     qp->qp->srq = ToSrq(attr->srq)->srq;
     ++ToSrq(attr->srq)->users;
@@ -391,7 +458,7 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   q.events_completed = 0;
   ++ToPd(attr->pd)->users;
   ++ToCq(attr->send_cq)->users;
-  ++ToCq(attr->recv_cq)->users;
+  if (!rss) ++ToCq(attr->recv_cq)->users;
   ctx->engine->AddQp(qp->qp);
   // `rdmaemu list` shows it by QPN with its type and current state.
   engine::Qp* eqp = qp->qp.get();
@@ -567,7 +634,11 @@ void FreeQp(ibv_qp* ibv) {
   --ToPd(ibv->pd)->users;
   if (ibv->srq != nullptr) --ToSrq(ibv->srq)->users;
   --ToCq(ibv->send_cq)->users;
-  --ToCq(ibv->recv_cq)->users;
+  if (ToQp(ibv)->rss != nullptr) {
+    --ToQp(ibv)->rss->users;
+  } else {
+    --ToCq(ibv->recv_cq)->users;
+  }
   pthread_mutex_destroy(&ibv->mutex);
   pthread_cond_destroy(&ibv->cond);
   delete ToQp(ibv);

@@ -35,6 +35,11 @@ inline constexpr int kMaxMcastQpAttach = 56;
 inline constexpr int kMaxInlineData = 256;
 // The P_Key table of an InfiniBand port; a RoCE port has one entry, 0xFFFF.
 inline constexpr uint16_t kMaxPkeys = 16;
+// Work queues share the QP number space; receive indirection tables hold
+// up to 2^kLogMaxRwqIndTableSize WQs.
+inline constexpr int kMaxWq = kMaxQp;
+inline constexpr int kMaxRwqIndTables = 1024;
+inline constexpr uint32_t kLogMaxRwqIndTableSize = 8;
 inline constexpr uint16_t kDefaultPkey = 0xFFFF;
 inline constexpr uint8_t kLocalCaAckDelay = 15;
 inline constexpr uint64_t kMaxMrSize = ~uint64_t{0};

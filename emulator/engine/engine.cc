@@ -15,6 +15,7 @@
 #include "emulator/engine/internal.h"
 #include "emulator/fault/parse.h"
 #include "emulator/fault/shaper.h"
+#include "emulator/engine/rss.h"
 #include "emulator/objects/mr.h"
 #include "emulator/wire/icrc.h"
 #include "emulator/wire/psn.h"
@@ -167,6 +168,28 @@ void FlushQp(Qp& qp) {
   }
 }
 
+void FlushWqLocked(Wq& wq, std::vector<objects::Cqe>& out) {
+  for (const auto& w : wq.rq) {
+    objects::Cqe c;
+    c.wr_id = w.wr_id;
+    c.status = objects::WcStatus::kWrFlushErr;
+    c.opcode = objects::WcOpcode::kRecv;
+    c.qp_num = wq.wqn;
+    c.timestamp_ns = NowNs();
+    out.push_back(c);
+  }
+  wq.rq.clear();
+}
+
+void FlushWq(Wq& wq) {
+  std::lock_guard lock(wq.mu);
+  std::vector<objects::Cqe> cqes;
+  FlushWqLocked(wq, cqes);
+  for (auto& c : cqes) {
+    if (!wq.cq->Push(c)) RDMAEMU_WARN_LIMITED("wq#{}: CQ overrun while flushing", wq.wqn);
+  }
+}
+
 Engine::Engine(std::shared_ptr<device::Device> device)
     : device_(std::move(device)), faults_(device_->name(), AutoRates(*device_)) {}
 
@@ -203,7 +226,7 @@ Result<uint32_t> Engine::AllocateQpn() {
   for (int tries = 0; tries < (1 << 24); ++tries) {
     uint32_t qpn = next_qpn_;
     next_qpn_ = next_qpn_ >= 0xffffff ? 0x11 : next_qpn_ + 1;
-    if (!qps_.contains(qpn)) return qpn;
+    if (!qps_.contains(qpn) && !wqs_.contains(qpn)) return qpn;
   }
   return NoMemory("no free QP number");
 }
@@ -226,6 +249,23 @@ void Engine::RemoveQp(uint32_t qpn) {
   // The loop thread works on a QP only under its mu, holding a reference it
   // found before we unpublished it: taking mu once orders us after that use.
   std::lock_guard lock(qp->mu);
+}
+
+void Engine::AddWq(std::shared_ptr<Wq> wq) {
+  std::unique_lock lock(qps_mu_);
+  uint32_t wqn = wq->wqn;
+  wqs_[wqn] = std::move(wq);
+}
+
+void Engine::RemoveWq(uint32_t wqn) {
+  std::unique_lock lock(qps_mu_);
+  wqs_.erase(wqn);
+}
+
+std::shared_ptr<Wq> Engine::FindWq(uint32_t wqn) {
+  std::shared_lock lock(qps_mu_);
+  auto it = wqs_.find(wqn);
+  return it == wqs_.end() ? nullptr : it->second;
 }
 
 std::shared_ptr<Qp> Engine::FindQp(uint32_t qpn) {
@@ -397,14 +437,19 @@ void Engine::FailAllQps() {
 }
 
 objects::WcStatus Engine::CheckSges(const Qp& qp, const std::vector<Sge>& sges, bool write) {
+  return CheckSges(qp.pd, qp.qpn, sges, write);
+}
+
+objects::WcStatus Engine::CheckSges(uint32_t pd, uint32_t num, const std::vector<Sge>& sges,
+                                    bool write) {
   for (const Sge& sge : sges) {
     if (sge.length == 0) continue;
     auto mr = device_->mrs().FindByLkey(sge.lkey);
-    if (!mr || mr->pd != qp.pd || !mr->Contains(sge.addr, sge.length) ||
+    if (!mr || mr->pd != pd || !mr->Contains(sge.addr, sge.length) ||
         (write && !(mr->access & objects::kLocalWrite))) {
-      RDMAEMU_WARN_LIMITED("qp#{}: SGE [{:#x}, +{}) lkey {:#x} is not inside a memory region of the "
-                           "QP's PD{}: local protection error",
-                           qp.qpn, sge.addr, sge.length, sge.lkey,
+      RDMAEMU_WARN_LIMITED("queue #{}: SGE [{:#x}, +{}) lkey {:#x} is not inside a memory region of "
+                           "the queue's PD{}: local protection error",
+                           num, sge.addr, sge.length, sge.lkey,
                            write ? " with IBV_ACCESS_LOCAL_WRITE" : "");
       return objects::WcStatus::kLocProtErr;
     }
@@ -479,7 +524,41 @@ void Engine::PushCqe(Qp& qp, objects::Cq* cq, const objects::Cqe& cqe) {
                        "(poll it faster or create it with more entries)",
                        qp.qpn, cqe.wr_id);
   if (cq->TakeOverrunNotice()) device_->Raise({device::AsyncEventType::kCqErr, cq->handle(), 0});
+  // A receive from an SRQ whose completion is lost leaves the SRQ with a
+  // WQE consumed that no one will ever hear of: the SRQ is in error (our
+  // cause of SRQ_ERR, docs/events-wq.md) and gives out no more WQEs.
+  const bool receive = static_cast<uint8_t>(cqe.opcode) & static_cast<uint8_t>(objects::WcOpcode::kRecv);
+  if (receive && qp.srq) {
+    bool first = false;
+    {
+      std::lock_guard lock(qp.srq->mu);
+      first = !qp.srq->error;
+      qp.srq->error = true;
+    }
+    if (first) {
+      Log().warn("qp#{}: a receive taken from its SRQ lost its completion to the CQ overrun: the "
+                 "SRQ is in error (SRQ_ERR) and gives out no more receives; destroy it",
+                 qp.qpn);
+      device_->Raise({device::AsyncEventType::kSrqErr, qp.srq->handle, 0});
+    }
+  }
   EnterError(qp);
+}
+
+void Engine::PushWqCqe(Wq& wq, const objects::Cqe& cqe) {
+  if (wq.cq->Push(cqe)) return;
+  RDMAEMU_WARN_LIMITED("wq#{}: CQ overrun: the completion of WR {} is lost; the CQ and the WQ are "
+                       "in error (poll it faster or create it with more entries)",
+                       wq.wqn, cqe.wr_id);
+  if (wq.cq->TakeOverrunNotice()) {
+    device_->Raise({device::AsyncEventType::kCqErr, wq.cq->handle(), 0});
+  }
+  if (wq.state == WqState::kErr) return;
+  wq.state = WqState::kErr;
+  std::vector<objects::Cqe> flushed;
+  FlushWqLocked(wq, flushed);
+  for (auto& c : flushed) (void)wq.cq->Push(c);  // the CQ is overrun: lost too
+  device_->Raise({device::AsyncEventType::kWqFatal, wq.handle, 0});
 }
 
 bool Engine::TakeRecv(Qp& qp, RecvWqe* out) {
@@ -492,6 +571,11 @@ bool Engine::TakeRecv(Qp& qp, RecvWqe* out) {
   bool limit_reached = false;
   {
     std::lock_guard lock(qp.srq->mu);
+    if (qp.srq->error) {
+      RDMAEMU_WARN_LIMITED("qp#{}: its SRQ is in error (SRQ_ERR): no receive is taken from it",
+                           qp.qpn);
+      return false;
+    }
     if (qp.srq->rq.empty()) return false;
     *out = std::move(qp.srq->rq.front());
     qp.srq->rq.pop_front();
@@ -676,6 +760,10 @@ void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagr
                 packet.deth().qkey(), qp.attrs.qkey);
     return;
   }
+  if (qp.rss) {
+    ReceiveUdRss(qp, packet, d);
+    return;
+  }
   RecvWqe wqe;
   if (!TakeRecv(qp, &wqe)) {
     Count(&qp, &Counters::dropped_no_receive);
@@ -683,8 +771,39 @@ void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagr
   }
   objects::Cqe cqe;
   cqe.wr_id = wqe.wr_id;
-  cqe.opcode = objects::WcOpcode::kRecv;
   cqe.qp_num = qp.qpn;
+  DeliverUd(wqe, qp.pd, qp.qpn, packet, d, cqe);
+  PushCqe(qp, qp.recv_cq, cqe);
+}
+
+void Engine::ReceiveUdRss(Qp& qp, const wire::PacketView& packet, const net::Datagram& d) {
+  const uint32_t hash = RxHash(qp.rx_hash.key, qp.rx_hash.fields, ntohl(d.src.sin_addr.s_addr),
+                               ntohl(d.dst.s_addr), ntohs(d.src.sin_port), udp_port_);
+  const auto& entries = qp.rss->entries;
+  Wq& wq = *entries[hash & (entries.size() - 1)];
+  std::lock_guard lock(wq.mu);
+  if (wq.state != WqState::kRdy) {
+    Count(&qp, &Counters::dropped_bad_state);
+    Log().debug("qp#{}: dropped a UD message steered to wq#{}, which is not RDY", qp.qpn, wq.wqn);
+    return;
+  }
+  if (wq.rq.empty()) {
+    Count(&qp, &Counters::dropped_no_receive);
+    return;
+  }
+  RecvWqe wqe = std::move(wq.rq.front());
+  wq.rq.pop_front();
+  objects::Cqe cqe;
+  cqe.wr_id = wqe.wr_id;
+  // As on mlx5, whose receive CQEs name the RQ that held the WQE: wq_num.
+  cqe.qp_num = wq.wqn;
+  DeliverUd(wqe, wq.pd, wq.wqn, packet, d, cqe);
+  PushWqCqe(wq, cqe);
+}
+
+void Engine::DeliverUd(const RecvWqe& wqe, uint32_t pd, uint32_t num, const wire::PacketView& packet,
+                       const net::Datagram& d, objects::Cqe& cqe) {
+  cqe.opcode = objects::WcOpcode::kRecv;
   cqe.src_qp = packet.deth().src_qpn();
   cqe.wc_flags = objects::kWcGrh;
   cqe.solicited = packet.bth().solicited();
@@ -697,7 +816,7 @@ void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagr
   cqe.byte_len = static_cast<uint32_t>(total);
   if (total > wqe.length) {
     cqe.status = objects::WcStatus::kLocLenErr;
-  } else if (auto s = CheckSges(qp, wqe.sges, true); s != objects::WcStatus::kSuccess) {
+  } else if (auto s = CheckSges(pd, num, wqe.sges, true); s != objects::WcStatus::kSuccess) {
     cqe.status = s;
   } else {
     uint8_t grh[kGrhBytes];
@@ -706,7 +825,6 @@ void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagr
     ScatterRange(wqe.sges, kGrhBytes, payload);
   }
   cqe.timestamp_ns = NowNs();
-  PushCqe(qp, qp.recv_cq, cqe);
 }
 
 namespace {

@@ -35,6 +35,8 @@ namespace rdmaemu::engine {
 // Completes every WQE of the QP with WR_FLUSH_ERR, as a QP in ERR does
 // (caller must not hold qp.mu).
 void FlushQp(Qp& qp);
+// The same for a WQ in ERR (caller must not hold wq.mu).
+void FlushWq(Wq& wq);
 
 class Engine : public net::LoopHandler, private fault::PacketSink {
  public:
@@ -63,6 +65,14 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
   // socket): add, clear, list, and what they did.
   fault::Injector& faults() { return faults_; }
   fault::FaultCounters fault_counters() const { return faults_.counters(); }
+  // WQ numbers come from the QP number space (a WQ and a QP never share
+  // one, as on mlx5 where both are queues of the device). AddWq publishes
+  // the WQ under its number; after RemoveWq returns the engine holds no
+  // reference to it through the number.
+  Result<uint32_t> AllocateWqn() { return AllocateQpn(); }
+  void AddWq(std::shared_ptr<Wq> wq);
+  void RemoveWq(uint32_t wqn);
+  std::shared_ptr<Wq> FindWq(uint32_t wqn);
 
   // net::LoopHandler
   void OnDatagrams(std::span<const net::Datagram> batch) override;
@@ -75,6 +85,13 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
   // engine.cc: UD and shared helpers.
   void ExecuteUdSend(Qp& qp, const SendWqe& wqe);
   void ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagram& dgram);
+  // ReceiveUd for a QP with an indirection table: the message goes to the
+  // WQ the RX hash picks and completes on that WQ's CQ.
+  void ReceiveUdRss(Qp& qp, const wire::PacketView& packet, const net::Datagram& dgram);
+  // Scatters a UD message (GRH area, then payload) into a receive WQE and
+  // fills the completion's status and length.
+  void DeliverUd(const RecvWqe& wqe, uint32_t pd, uint32_t num, const wire::PacketView& packet,
+                 const net::Datagram& d, objects::Cqe& cqe);
   // Builds one packet for `qp` (counted on it) to its peer (RC/UC) or
   // `dst_ip` (network order) and sends it, through the fault rules when
   // any are active. The BTH gets the P_Key of the QP's pkey_index.
@@ -110,13 +127,20 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
   void SendDatagram(const sockaddr_in& to, std::span<const uint8_t> bytes);
   // Validates an SGE list against the QP's PD; `write` needs LOCAL_WRITE.
   objects::WcStatus CheckSges(const Qp& qp, const std::vector<Sge>& sges, bool write);
+  // The same against `pd`, naming queue `num` (a QP or WQ) in the log.
+  objects::WcStatus CheckSges(uint32_t pd, uint32_t num, const std::vector<Sge>& sges, bool write);
   // Copies [offset, offset+len) of a WQE's payload into out.
   void GatherRange(const SendWqe& wqe, uint64_t offset, size_t len, std::vector<uint8_t>& out);
   // Writes data at `offset` into an SGE list (already checked).
   void ScatterRange(const std::vector<Sge>& sges, uint64_t offset, std::span<const uint8_t> data);
   // Pushes a completion; a full CQ is overrun: CQ_ERR is raised and the QP
-  // goes to ERR (IBA 11.4.2.1), as Linux's soft-RoCE does.
+  // goes to ERR (IBA 11.4.2.1), as Linux's soft-RoCE does. A receive lost
+  // that way that came from an SRQ also puts the SRQ in error (SRQ_ERR).
   void PushCqe(Qp& qp, objects::Cq* cq, const objects::Cqe& cqe);
+  // Pushes a WQ's receive completion (wq.mu held); an overrun of the WQ's
+  // CQ raises CQ_ERR, moves the WQ to ERR, flushes it and raises WQ_FATAL.
+  // The QP that received is not affected: the WQ is the queue that failed.
+  void PushWqCqe(Wq& wq, const objects::Cqe& cqe);
   // Moves the QP to ERR and flushes it; a QP on an SRQ reports
   // QP_LAST_WQE_REACHED (IBA 11.6.3.5).
   void EnterError(Qp& qp);
@@ -164,6 +188,8 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
   std::shared_mutex qps_mu_;
   std::unordered_map<uint32_t, std::shared_ptr<Qp>> qps_;  // guarded by qps_mu_
   uint32_t next_qpn_ = 0x11;                                // guarded by qps_mu_
+
+  std::unordered_map<uint32_t, std::shared_ptr<Wq>> wqs_;  // guarded by qps_mu_
 
   std::mutex pending_mu_;
   std::vector<uint32_t> pending_;  // guarded by pending_mu_: QPs rung since the last OnWork

@@ -19,6 +19,7 @@
 
 #include "emulator/engine/counters.h"
 #include "emulator/engine/work.h"
+#include "emulator/engine/wq.h"
 #include "emulator/objects/cq.h"
 #include "emulator/objects/mr.h"
 
@@ -93,6 +94,9 @@ struct Srq {
   std::deque<RecvWqe> rq;  // guarded by mu
   uint32_t max_wr;         // guarded by mu
   uint32_t limit = 0;      // guarded by mu; 0 = not armed
+  // Guarded by mu. Set when a receive taken from the SRQ lost its completion
+  // to a CQ overrun (SRQ_ERR): the device takes no more WQEs from it.
+  bool error = false;
 };
 
 struct Qp {
@@ -112,6 +116,10 @@ struct Qp {
   std::shared_ptr<Srq> srq;
   // Bumped by the engine thread, read by anyone (counters.h).
   Counters counters;
+  // A UD QP created with an indirection table receives through its WQs
+  // (and has no RQ of its own); set before the QP is added, constant after.
+  std::shared_ptr<const RwqIndTable> rss;
+  RxHashConfig rx_hash;
 
   std::mutex mu;
   TransportAttrs attrs;

@@ -538,16 +538,6 @@ TEST_F(VerbsTest, UnimplementedInlineVerbsFailWithEopnotsupp) {
 
   ibv_cq* cq = ibv_create_cq(ctx_, 4, nullptr, nullptr, 0);
   ASSERT_NE(cq, nullptr);
-  ibv_wq_init_attr wattr{};
-  wattr.wq_type = IBV_WQT_RQ;
-  wattr.max_wr = 1;
-  wattr.max_sge = 1;
-  wattr.pd = Pd();
-  wattr.cq = cq;
-  errno = 0;
-  EXPECT_EQ(ibv_create_wq(ctx_, &wattr), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);
-
   ibv_modify_cq_attr mattr{};
   mattr.attr_mask = IBV_CQ_ATTR_MODERATE;
   EXPECT_EQ(ibv_modify_cq(cq, &mattr), EOPNOTSUPP);

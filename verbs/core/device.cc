@@ -174,6 +174,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   ctx.ops._compat_query_port = ibv_query_port;
   vctx->create_cq_ex = LibCreateCqEx;
   vctx->create_qp_ex = LibCreateQpEx;
+  InstallWqSlots(vctx);
   provider::StartContext(vctx);
   Log().debug("opened {} (async fd {})", device->name, ctx.async_fd);
   return &ctx;

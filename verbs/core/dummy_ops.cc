@@ -78,13 +78,6 @@ int PostSrqOps(ibv_srq*, ibv_ops_wr* op, ibv_ops_wr** bad) {
   *bad = op;
   FAIL_INT("ibv_post_srq_ops");
 }
-int DestroyRwqIndTable(ibv_rwq_ind_table*) { FAIL_INT("ibv_destroy_rwq_ind_table"); }
-ibv_rwq_ind_table* CreateRwqIndTable(ibv_context*, ibv_rwq_ind_table_init_attr*) {
-  FAIL_PTR("ibv_create_rwq_ind_table");
-}
-int DestroyWq(ibv_wq*) { FAIL_INT("ibv_destroy_wq"); }
-int ModifyWq(ibv_wq*, ibv_wq_attr*) { FAIL_INT("ibv_modify_wq"); }
-ibv_wq* CreateWq(ibv_context*, ibv_wq_init_attr*) { FAIL_PTR("ibv_create_wq"); }
 int QueryRtValues(ibv_context*, ibv_values_ex*) { FAIL_INT("ibv_query_rt_values_ex"); }
 ibv_cq_ex* CreateCqEx(ibv_context*, ibv_cq_init_attr_ex*) { FAIL_PTR("ibv_create_cq_ex"); }
 int QueryDeviceEx(ibv_context*, const ibv_query_device_ex_input*, ibv_device_attr_ex*, size_t) {
@@ -140,13 +133,10 @@ void InstallDummyOps(verbs_context* vctx) {
   vctx->alloc_td = AllocTd;
   vctx->modify_cq = ModifyCq;
   vctx->post_srq_ops = PostSrqOps;
-  vctx->destroy_rwq_ind_table = DestroyRwqIndTable;
-  vctx->create_rwq_ind_table = CreateRwqIndTable;
-  vctx->destroy_wq = DestroyWq;
-  vctx->modify_wq = ModifyWq;
-  vctx->create_wq = CreateWq;
   vctx->query_rt_values = QueryRtValues;
   vctx->create_cq_ex = CreateCqEx;
+  // create_wq, modify_wq, destroy_wq and the indirection-table slots are
+  // always the library's own (wq.cc).
   vctx->query_device_ex = QueryDeviceEx;
   vctx->ibv_destroy_flow = DestroyFlow;
   vctx->ibv_create_flow = CreateFlow;

@@ -40,6 +40,10 @@ ibv_cq_ex* LibCreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr);
 // The library's create_qp_ex slot (qp.cc).
 ibv_qp* LibCreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr);
 
+// The WQ and indirection-table slots (wq.cc): destroy_wq waits for event
+// acknowledgements, so the library fills them, as it does create_cq_ex.
+void InstallWqSlots(verbs_context* vctx);
+
 // Sets errno and returns NULL: the failure convention of pointer verbs.
 template <typename T>
 T* FailWith(int error) {
