@@ -77,6 +77,7 @@ int rdmaemu_fault_clear(ibv_context* context) {
 int rdmaemu_fault_list(ibv_context* context, char* buf, size_t len) {
   if (context == nullptr || (buf == nullptr && len != 0)) return EINVAL;
   return rdmaemu::provider::FaultList(context, buf, len);
+}
 
 int rdmaemu_set_port_lid(ibv_context* context, uint8_t port_num, uint16_t lid) {
   return rdmaemu::provider::SetPortLid(context, port_num, lid);
