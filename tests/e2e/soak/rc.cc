@@ -18,6 +18,7 @@
 
 #include "tests/e2e/soak/modes.h"
 #include "tests/e2e/soak/rdma.h"
+#include "tests/e2e/soak/stats.h"
 
 namespace soak {
 namespace {
@@ -295,6 +296,8 @@ int Client::Run() {
              p.messages, plan_->total_bytes(), secs, p.messages / secs, p.mtu, p.depth, p.seed, counts[0],
              counts[1], counts[2], counts[3], counts[4], counts[5], counts[6], verdict.receives,
              verdict.writes);
+  fmt::print("soak client counters: {}\n", DeviceCounters(v_.ctx));
+  fmt::print("soak client faults: {}\n", FaultRules(v_.ctx));
   std::fflush(stdout);
   ibv_destroy_qp(qp_);
   ibv_dereg_mr(slots_mr_);
@@ -521,6 +524,8 @@ int Server::Run() {
   ctl_.Send(verdict_);
   fmt::print("soak rc server: receives={} write_slots={} atomics {} read region {}\n", verdict_.receives,
              verdict_.writes, verdict_.atomics_ok ? "ok" : "WRONG", verdict_.read_region_ok ? "intact" : "ALTERED");
+  fmt::print("soak server counters: {}\n", DeviceCounters(v_.ctx));
+  fmt::print("soak server faults: {}\n", FaultRules(v_.ctx));
   std::fflush(stdout);
   ibv_destroy_qp(qp_);
   for (ibv_mr* mr : {read_mr_, write_mr_, atomic_mr_, recvs_mr_}) ibv_dereg_mr(mr);

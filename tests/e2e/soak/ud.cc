@@ -11,6 +11,7 @@
 
 #include "tests/e2e/soak/modes.h"
 #include "tests/e2e/soak/rdma.h"
+#include "tests/e2e/soak/stats.h"
 
 namespace soak {
 namespace {
@@ -113,6 +114,8 @@ int RunUdClient(const Options& o, Channel& ctl) {
              "time={:.1f}s mtu={} seed={} (every received message verified)\n",
              p.messages, t.received, p.messages - (t.received - t.duplicates), t.duplicates, bytes, t.bytes,
              secs, p.max_size, p.seed);
+  fmt::print("soak client counters: {}\n", DeviceCounters(v.ctx));
+  fmt::print("soak client faults: {}\n", FaultRules(v.ctx));
   std::fflush(stdout);
   ibv_destroy_ah(ah);
   ibv_destroy_qp(qp);
@@ -203,6 +206,8 @@ int RunUdServer(const Options& o, Channel& ctl) {
   ctl.Send(t);
   fmt::print("soak ud server: received={} duplicates={} bytes={} (every one verified)\n", t.received,
              t.duplicates, t.bytes);
+  fmt::print("soak server counters: {}\n", DeviceCounters(v.ctx));
+  fmt::print("soak server faults: {}\n", FaultRules(v.ctx));
   std::fflush(stdout);
   ibv_destroy_qp(qp);
   ibv_dereg_mr(mr);
