@@ -4,6 +4,12 @@
 # corrupts their packets (RDMAEMU_FAULTS), on both engines: RC's
 # retransmission hides the faults from the programs.
 #   pingpong_faults_test.sh LIBIBVERBS
+# The faults act on the server-to-client direction only (the server's rules
+# on what it sends, the client's on what it receives): the client exits as
+# soon as its last completion arrives, so a lost ACK from it could never be
+# retransmitted and the server would fail with RETRY_EXC_ERR after the
+# client is gone -- on real hardware too. Requests, responses, ACKs and NAKs
+# of that direction all meet the faults.
 # The debug log proves the faults happened: each run must show a transport
 # timeout (a lost packet) and an ICRC drop (a corrupted one), else the test
 # fails as if RDMAEMU_FAULTS had been ignored.
@@ -16,7 +22,9 @@ libdir=$(mktemp -d)
 trap 'rm -rf "$libdir"' EXIT
 cp "$lib_src" "$libdir/libibverbs.so.1"
 
-faults='drop=0.05,dup=0.02,reorder=0.05,corrupt=0.01,seed=5'
+faults='drop=0.05,dup=0.02,reorder=0.05,corrupt=0.01'
+server_faults="seed=5;$faults@dir=tx"
+client_faults="seed=5;$faults@dir=rx"
 failures=0
 port=$(( 20000 + RANDOM % 20000 ))
 iters=300
@@ -24,11 +32,11 @@ run_pair() {  # program, engine, args...
   local program="$1" engine="$2"; shift 2
   port=$(( port + 1 ))
   local slog="$libdir/server.$port.log" clog="$libdir/client.$port.log"
-  RDMAEMU_FAULTS=$faults RDMAEMU_LOG=debug RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 120 \
+  RDMAEMU_FAULTS=$server_faults RDMAEMU_LOG=debug RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 120 \
     "$program" -g 0 -p "$port" -n "$iters" "$@" >"$slog" 2>&1 &
   local server=$!
   sleep 0.3
-  RDMAEMU_FAULTS=$faults RDMAEMU_LOG=debug RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 120 \
+  RDMAEMU_FAULTS=$client_faults RDMAEMU_LOG=debug RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 120 \
     "$program" -g 0 -p "$port" -n "$iters" "$@" 127.0.0.1 >"$clog" 2>&1
   local client_rc=$?
   wait "$server"
@@ -45,7 +53,7 @@ run_pair() {  # program, engine, args...
     echo "FAIL: $program engine=$engine args=$*: passed, but with $timeouts transport timeouts and $icrc ICRC drops: RDMAEMU_FAULTS ignored?"
     failures=$(( failures + 1 ))
   else
-    echo "ok: $program engine=$engine args=$* under $faults: $timeouts transport timeouts, $icrc ICRC drops ($(grep 'usec/iter' "$clog" | tail -1))"
+    echo "ok: $program engine=$engine args=$* under $faults (server tx, client rx): $timeouts transport timeouts, $icrc ICRC drops ($(grep 'usec/iter' "$clog" | tail -1))"
   fi
 }
 
