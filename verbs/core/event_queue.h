@@ -8,6 +8,11 @@
 // turns an empty get into EAGAIN. Each read takes one count, so each event
 // goes to exactly one caller however many threads wait.
 //
+// A discard takes back one count per removed event. When a reader already
+// holds that count (it has read() but not yet locked), the take-back finds
+// the fd empty; the debt is remembered in `owed_` and the next reader to
+// lock pays it by waiting again, so the counter never outlives the queue.
+//
 // "Reported" counts, per object, the events the application has taken; a
 // destroy waits until its acks equal that count. Events discarded at destroy
 // were never reported and give their counts back.
@@ -55,12 +60,14 @@ class EventQueue {
     ibv_async_event event;
     const void* object;
   };
-  void TakeBackCount();
+  // True if a count was taken back, false if a reader holds it.
+  bool TakeBackCount();
 
   int fd_ = -1;
   mutable std::mutex mu_;
   std::deque<Entry> queue_;                               // guarded by mu_
   std::unordered_map<const void*, uint32_t> reported_;   // guarded by mu_
+  uint64_t owed_ = 0;  // counts held by readers for discarded events; mu_
 };
 
 }  // namespace rdmaemu::verbs

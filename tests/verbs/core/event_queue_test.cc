@@ -287,6 +287,26 @@ TEST_F(EventQueueTest, ReaderHoldingACountWaitsAgainDeterministically) {
   EXPECT_EQ(e.element.port_num, 9);
 }
 
+TEST_F(EventQueueTest, ANewEventDoesNotInheritADiscardedEventsCount) {
+  // The race CI once caught: a reader holds E1's count, a destroy discards
+  // E1 (its take-back finds nothing), E2 arrives, then the reader locks.
+  // The reader must pay the discarded count and take E2 with E2's own
+  // count, leaving the fd at 0 with the queue empty.
+  int a = 0, b = 0;
+  q_.Push(CqEvent(&a), &a);
+  uint64_t v;
+  ASSERT_EQ(::read(q_.fd(), &v, sizeof v), static_cast<ssize_t>(sizeof v));  // the reader's count
+  EXPECT_EQ(q_.Discard(&a), 0u);
+  q_.Push(CqEvent(&b), &b);
+  uint64_t one = 1;  // the reader, back from read(), now takes the lock in Get
+  ASSERT_EQ(::write(q_.fd(), &one, sizeof one), static_cast<ssize_t>(sizeof one));
+  ibv_async_event e{};
+  ASSERT_EQ(q_.Get(&e), 0);
+  EXPECT_EQ(e.element.cq, reinterpret_cast<ibv_cq*>(&b));
+  EXPECT_EQ(q_.size(), 0u);
+  EXPECT_EQ(FdCounter(q_.fd()), 0u) << "a count left with nothing queued: poll would lie";
+}
+
 TEST_F(EventQueueTest, ReportedCountsEventsTakenFromManyThreads) {
   constexpr int kEvents = 400;
   int a = 0;
