@@ -9,7 +9,9 @@
 namespace rdmaemu::control {
 
 // Each is defined in its own <name>_command.cc.
+extern const Command kDeviceCommand;
 extern const Command kEventCommand;
+extern const Command kGidCommand;
 extern const Command kListCommand;
 extern const Command kPortCommand;
 
@@ -20,6 +22,8 @@ const Command* const kTable[] = {
     &kListCommand,
     &kPortCommand,
     &kEventCommand,
+    &kGidCommand,
+    &kDeviceCommand,
 };
 
 const Command* Find(std::string_view name) {

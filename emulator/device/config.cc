@@ -23,9 +23,18 @@ constexpr std::array<Named, 5> kWidths = {{
     {"1x", 1}, {"4x", 2}, {"8x", 4}, {"12x", 8}, {"2x", 16},
 }};
 
-constexpr std::array<Named, 8> kSpeeds = {{
-    {"sdr", 1}, {"ddr", 2}, {"qdr", 4}, {"fdr10", 8},
-    {"fdr", 16}, {"edr", 32}, {"hdr", 64}, {"ndr", 128},
+// A speed by its IBTA name, or by the per-lane rate ibv_devinfo -v prints
+// for it ("active_speed: 25.0 Gbps (32)"). FDR10 has no rate of its own:
+// ibv_devinfo prints 10.0 Gbps for it as for QDR, so 10.0 means QDR.
+struct NamedSpeed {
+  std::string_view name;
+  std::string_view rate;  // Gbps per lane; empty for FDR10
+  uint8_t value;
+};
+
+constexpr std::array<NamedSpeed, 8> kSpeeds = {{
+    {"sdr", "2.5", 1}, {"ddr", "5.0", 2}, {"qdr", "10.0", 4}, {"fdr10", "", 8},
+    {"fdr", "14.0", 16}, {"edr", "25.0", 32}, {"hdr", "50.0", 64}, {"ndr", "100.0", 128},
 }};
 
 std::string Lower(std::string_view s) {
@@ -171,16 +180,28 @@ Result<uint8_t> ParseWidth(std::string_view s) {
   for (const auto& w : kWidths) {
     if (w.name == v) return w.value;
   }
-  return InvalidArgument(fmt::format("width must be 1x, 2x, 4x, 8x or 12x, not '{}'", s));
+  return InvalidArgument(fmt::format("width must be 1x, 2x, 4x, 8x or 12x (any case, as ibv_devinfo "
+                                     "prints 4X), not '{}'",
+                                     s));
 }
 
 Result<uint8_t> ParseSpeed(std::string_view s) {
   std::string v = Lower(s);
+  // A rate: "25", "25.0", "25gbps", "25.0gbps" or "25.0 Gbps" (one word, quoted).
+  std::string rate;
+  for (char c : v) {
+    if (c != ' ') rate.push_back(c);
+  }
+  if (rate.ends_with("gbps")) rate.resize(rate.size() - 4);
+  if (!rate.empty() && rate.find('.') == std::string::npos) rate += ".0";
   for (const auto& sp : kSpeeds) {
-    if (sp.name == v) return sp.value;
+    if (sp.name == v || (!sp.rate.empty() && sp.rate == rate)) return sp.value;
   }
   return InvalidArgument(
-      fmt::format("speed must be sdr, ddr, qdr, fdr10, fdr, edr, hdr or ndr, not '{}'", s));
+      fmt::format("speed must be sdr, ddr, qdr, fdr10, fdr, edr, hdr or ndr, or a lane rate as "
+                  "ibv_devinfo prints it (2.5, 5.0, 10.0, 14.0, 25.0, 50.0 or 100.0, optionally "
+                  "followed by Gbps), not '{}'",
+                  s));
 }
 
 std::string_view WidthName(uint8_t width) {
@@ -193,6 +214,14 @@ std::string_view WidthName(uint8_t width) {
 std::string_view SpeedName(uint8_t speed) {
   for (const auto& sp : kSpeeds) {
     if (sp.value == speed) return sp.name;
+  }
+  return "invalid";
+}
+
+std::string_view SpeedRate(uint8_t speed) {
+  if (speed == 8) return "10.0";  // FDR10: as ibv_devinfo prints it
+  for (const auto& sp : kSpeeds) {
+    if (sp.value == speed) return sp.rate;
   }
   return "invalid";
 }

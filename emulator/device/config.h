@@ -53,11 +53,15 @@ Result<Config> ParseConfig(std::string_view text, std::string_view origin);
 // RDMAEMU_UDP_PORT. Errors name the file, line and setting.
 Result<Config> LoadConfigFromEnvironment();
 
-// Parsers for single values, shared with the control tool.
+// Parsers for single values, shared with the control commands. A speed is
+// an IBTA name (sdr .. ndr) or the lane rate ibv_devinfo prints (25.0,
+// 25.0gbps, 25); a width is 1x, 2x, 4x, 8x or 12x. Any case.
 Result<uint32_t> ParseMtu(std::string_view);
 Result<uint8_t> ParseWidth(std::string_view);
 Result<uint8_t> ParseSpeed(std::string_view);
 std::string_view WidthName(uint8_t width);
 std::string_view SpeedName(uint8_t speed);
+// The per-lane rate in Gbps as ibv_devinfo -v prints it ("25.0" for EDR).
+std::string_view SpeedRate(uint8_t speed);
 
 }  // namespace rdmaemu::device

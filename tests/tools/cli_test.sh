@@ -171,7 +171,7 @@ if command -v ibv_asyncwatch >/dev/null && command -v stdbuf >/dev/null; then
   # Errors the process finds: 1 for a failure, 2 for a usage error, with the words named.
   t live_bad_dev 1 "$tool" port emu5 1 down && { has live_bad_dev "$err" '^rdmaemu port: emu5 is not open in this process \(open: emu0\)$'; empty live_bad_dev "$out"; }
   t live_bad_port 1 "$tool" port emu0 9 up && has live_bad_port "$err" "^rdmaemu port: emu0 has no port '9'"
-  t live_bad_action 2 "$tool" port emu0 1 sideways && { has live_bad_action "$err" "^rdmaemu port: unknown action 'sideways'$"; has live_bad_action "$err" "^Try 'rdmaemu port --help'.$"; }
+  t live_bad_action 2 "$tool" port emu0 1 sideways && { has live_bad_action "$err" "^rdmaemu port: unknown action 'sideways' \\(actions: down, up, lid, sm_lid, rereg, pkey, speed, width\\)$"; has live_bad_action "$err" "^Try 'rdmaemu port --help'.$"; }
   t live_bad_type 2 "$tool" event frob --qp 1 && has live_bad_type "$err" "'frob' is not an async event type"
   t live_mismatch 2 "$tool" event cq_err --qp 17 && has live_mismatch "$err" 'CQ_ERR is an event of a CQ: give --cq N, not --qp QPN'
   t live_no_qp 1 "$tool" event qp_fatal --qp 17 && has live_no_qp "$err" 'no qp 17 in this process'

@@ -92,7 +92,7 @@ TEST_F(CommandsTest, PortRefusesBadWordsNamingThem) {
   EXPECT_EQ(r.status, 1);
   r = Run({"port", "emu0", "1", "sideways"});
   EXPECT_EQ(r.status, 2);
-  EXPECT_EQ(r.err, "port: unknown action 'sideways'\n");
+  EXPECT_EQ(r.err, "port: unknown action 'sideways' (actions: down, up, lid, sm_lid, rereg, pkey, speed, width)\n");
   r = Run({"port", "emu0", "1"});
   EXPECT_EQ(r.status, 2);
   EXPECT_EQ(r.err, "port: expected DEV PORT ACTION\n");

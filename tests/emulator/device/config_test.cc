@@ -237,6 +237,26 @@ TEST(ValueParsersTest, WidthAndSpeedUseIbtaEncodingsAndRoundTripThroughNames) {
   }
   EXPECT_FALSE(ParseWidth("16x").ok());
   EXPECT_FALSE(ParseSpeed("xdr").ok());
+  // As ibv_devinfo -v prints them: "active_width: 4X", "active_speed: 25.0 Gbps".
+  EXPECT_EQ(*ParseWidth("12X"), 8);
+  EXPECT_EQ(*ParseSpeed("EDR"), 32);
+  const std::pair<const char*, uint8_t> rates[] = {{"2.5", 1},      {"5.0", 2},      {"10.0", 4},  {"14", 16},
+                                                   {"25.0Gbps", 32}, {"50gbps", 64}, {"100.0 Gbps", 128}};
+  for (auto [rate, value] : rates) {
+    auto r = ParseSpeed(rate);
+    ASSERT_TRUE(r.ok()) << rate << ": " << r.status().message();
+    EXPECT_EQ(*r, value) << rate;
+  }
+  EXPECT_EQ(SpeedRate(32), "25.0");
+  EXPECT_EQ(SpeedRate(8), "10.0") << "FDR10 prints as 10.0 Gbps, like QDR";
+  for (const char* bad : {"4", "2", "25.5", "gbps", "", "1X", "fdr 10"}) {
+    auto r = ParseSpeed(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find(std::string("'") + bad + "'"), std::string::npos);
+    }
+  }
+  EXPECT_FALSE(ParseWidth("4").ok()) << "a bare number could be an encoding (2 is 4x): refused";
   EXPECT_EQ(WidthName(3), "invalid");
   EXPECT_EQ(SpeedName(0), "invalid");
 }
