@@ -123,6 +123,17 @@ Result<ibv_wq*> CreateWq(ibv_context* context, ibv_wq_init_attr* attr) {
   ++ToPd(attr->pd)->users;
   ++ToCq(attr->cq)->users;
   ctx->engine->AddWq(wq->wq);
+  // `rdmaemu list` shows it by WQN (what the program sees as wq_num) with
+  // its state; `rdmaemu event wq_fatal --wq WQN` names it.
+  engine::Wq* ewq = wq->wq.get();
+  auto listed = ctx->device->directory().Add(
+      objects::ObjectKind::kWq, reinterpret_cast<uint64_t>(&w),
+      [ewq] {
+        std::lock_guard lock(ewq->mu);
+        return std::string(ToString(ewq->state));
+      },
+      *wqn);
+  if (!listed.ok()) Log().error("ibv_create_wq wq#{}: {}", *wqn, listed.status().message());
   Log().debug("{} wq#{}: created (max_wr {}, max_sge {})", ctx->device->name(), *wqn, attr->max_wr,
               attr->max_sge);
   return &w;
@@ -185,6 +196,8 @@ int DetachWq(ibv_wq* ibv) {
                ibv->wq_num, users, users == 1 ? "y" : "ies");
     return EBUSY;
   }
+  // No control-plane event names it after this (see DetachCq).
+  ToContext(ibv->context)->device->directory().Remove(objects::ObjectKind::kWq, ibv->wq_num);
   ToContext(ibv->context)->engine->RemoveWq(ibv->wq_num);
   return 0;
 }

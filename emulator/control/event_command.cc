@@ -63,12 +63,12 @@ constexpr std::string_view kUsage =
     "                   PATH_MIG PATH_MIG_ERR QP_LAST_WQE_REACHED\n"
     "  --cq N           CQ_ERR\n"
     "  --srq N          SRQ_ERR SRQ_LIMIT_REACHED\n"
-    "  --wq N           WQ_FATAL\n"
+    "  --wq WQN         WQ_FATAL\n"
     "  --port DEV PORT  PORT_ACTIVE PORT_ERR LID_CHANGE PKEY_CHANGE SM_CHANGE\n"
     "                   CLIENT_REREGISTER GID_CHANGE DEVICE_SPEED_CHANGE\n"
     "  --device DEV     DEVICE_FATAL; with --qp/--cq/--srq/--wq: the device\n"
     "                   whose object is meant (needed when two have that number)\n"
-    "QPNs and numbers are decimal or 0x-hex; `list` shows them.\n";
+    "QPNs, WQNs and numbers are decimal or 0x-hex; `list` shows them.\n";
 
 std::string Normalize(std::string_view word) {
   std::string s;
@@ -90,7 +90,7 @@ std::string_view TargetOption(Target t) {
     case Target::kQp: return "--qp QPN";
     case Target::kCq: return "--cq N";
     case Target::kSrq: return "--srq N";
-    case Target::kWq: return "--wq N";
+    case Target::kWq: return "--wq WQN";
     case Target::kPort: return "--port DEV PORT";
     case Target::kDevice: return "--device DEV";
   }

@@ -21,7 +21,8 @@ constexpr std::string_view kUsage =
     "  process PID NAME\n"
     "  DEV port N STATE\n"
     "  DEV qp QPN (0xQPN) TYPE STATE   (the QPN in decimal, then in hex as programs print it)\n"
-    "  DEV cq N | DEV srq N | DEV wq N\n"
+    "  DEV wq WQN (0xWQN) STATE        (a WQ by its wq_num, like a QP)\n"
+    "  DEV cq N | DEV srq N\n"
     "The numbers are what `event ... --qp/--cq/--srq/--wq` take.\n";
 
 std::string ProgramName() {
@@ -40,7 +41,9 @@ Reply ListMain(std::span<const std::string> args) {
     }
     for (const auto& o : dev->directory().List()) {
       std::string line = fmt::format("{} {} {}", dev->name(), objects::ToString(o.kind), o.number);
-      if (o.kind == objects::ObjectKind::kQp) line += fmt::format(" (0x{:06x})", o.number);
+      if (o.kind == objects::ObjectKind::kQp || o.kind == objects::ObjectKind::kWq) {
+        line += fmt::format(" (0x{:06x})", o.number);
+      }
       if (!o.details.empty()) line += " " + o.details;
       out += line + "\n";
     }

@@ -1,8 +1,8 @@
 // Directory: the numbers by which the control plane names a device's
 // objects (`rdmaemu list`, `rdmaemu event qp_fatal --qp 17`).
 //
-// The provider registers each QP (under its QPN), CQ, SRQ and WQ (under a
-// small device-unique number the directory assigns) with the handle its
+// The provider registers each QP and WQ (under its QPN / WQN), CQ and SRQ
+// (under a small device-unique number the directory assigns) with the handle its
 // events carry, and removes it when the application destroys it, before the
 // object's queued events are discarded.
 //
@@ -43,7 +43,7 @@ class Directory {
   // back into the directory.
   using Describe = std::function<std::string()>;
 
-  // Registers an object. With `number` (QPs: their QPN) it is registered
+  // Registers an object. With `number` (QPs and WQs: their QPN / WQN) it is registered
   // under it (EEXIST if taken); without, it gets the next free number of its
   // kind, counting from 1.
   Result<uint32_t> Add(ObjectKind kind, uint64_t handle, Describe describe = {},

@@ -1,6 +1,6 @@
 // A small verbs program for event_test.sh: opens the first device, creates a
-// CQ, an SRQ and an RC QP, says so, then prints every async event it gets
-// (and whether it names one of its own objects) until it has `count`.
+// CQ, an SRQ, an RC QP and a WQ, says so, then prints every async event it
+// gets (and whether it names one of its own objects) until it has `count`.
 // Usage: event_target COUNT
 #include <infiniband/verbs.h>
 
@@ -24,8 +24,15 @@ int main(int argc, char** argv) {
   qa.qp_type = IBV_QPT_RC;
   qa.cap = {4, 4, 1, 1, 0};
   ibv_qp* qp = srq ? ibv_create_qp(pd, &qa) : nullptr;
-  if (qp == nullptr) return std::fprintf(stderr, "setup failed\n"), 1;
-  std::printf("ready qpn %u\n", qp->qp_num);
+  ibv_wq_init_attr wa{};
+  wa.wq_type = IBV_WQT_RQ;
+  wa.max_wr = 4;
+  wa.max_sge = 1;
+  wa.pd = pd;
+  wa.cq = cq;
+  ibv_wq* wq = qp ? ibv_create_wq(ctx, &wa) : nullptr;
+  if (wq == nullptr) return std::fprintf(stderr, "setup failed\n"), 1;
+  std::printf("ready qpn %u wqn %u\n", qp->qp_num, wq->wq_num);
   std::fflush(stdout);
   for (int i = 0; i < count; ++i) {
     ibv_async_event ev;
@@ -41,6 +48,7 @@ int main(int argc, char** argv) {
       case IBV_EVENT_PATH_MIG_ERR: case IBV_EVENT_QP_LAST_WQE_REACHED:
         on = ev.element.qp == qp ? "our qp" : "another qp";
         break;
+      case IBV_EVENT_WQ_FATAL: on = ev.element.wq == wq ? "our wq" : "another wq"; break;
       default:
         on = "a port or the device";
     }
@@ -48,6 +56,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     ibv_ack_async_event(&ev);
   }
+  ibv_destroy_wq(wq);
   ibv_destroy_qp(qp);
   ibv_destroy_srq(srq);
   ibv_destroy_cq(cq);

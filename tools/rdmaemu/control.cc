@@ -38,7 +38,8 @@ constexpr Forwarded kForwarded[] = {
      "  process PID NAME\n"
      "  DEV port N STATE\n"
      "  DEV qp QPN (0xQPN) TYPE STATE\n"
-     "  DEV cq N    DEV srq N    DEV wq N\n"},
+     "  DEV wq WQN (0xWQN) STATE\n"
+     "  DEV cq N    DEV srq N\n"},
     {"port", "take a port of running programs down or up, change its LID, P_Keys, speed, ...",
      "Usage: rdmaemu port [--pid PID] DEV PORT ACTION [VALUE...]\n"
      "\n"
@@ -107,13 +108,13 @@ constexpr Forwarded kForwarded[] = {
      "                   PATH_MIG PATH_MIG_ERR QP_LAST_WQE_REACHED\n"
      "  --cq N           CQ_ERR\n"
      "  --srq N          SRQ_ERR SRQ_LIMIT_REACHED\n"
-     "  --wq N           WQ_FATAL\n"
+     "  --wq WQN         WQ_FATAL\n"
      "  --port DEV PORT  PORT_ACTIVE PORT_ERR LID_CHANGE PKEY_CHANGE SM_CHANGE\n"
      "                   CLIENT_REREGISTER GID_CHANGE DEVICE_SPEED_CHANGE\n"
      "  --device DEV     DEVICE_FATAL; with --qp/--cq/--srq/--wq it picks the\n"
      "                   device when two have an object of that number\n"
-     "QPNs and numbers are decimal or 0x-hex; `rdmaemu list` shows them. QPNs\n"
-     "and CQ numbers are per process: use --pid to pick the program.\n"
+     "QPNs, WQNs and numbers are decimal or 0x-hex; `rdmaemu list` shows them.\n"
+     "They are per process: use --pid to pick the program.\n"
      "\n"
      "Example: rdmaemu list --pid 4242; rdmaemu event --pid 4242 qp_fatal --qp 17\n"},
 };

@@ -14,9 +14,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "emulator/control/command.h"
 #include "emulator/engine/rss.h"
 
 namespace {
@@ -609,6 +613,39 @@ TEST_F(WqTest, WqFatalOnDemandNamesTheWqAndChecksTheElement) {
   ibv_ack_async_event(&ev);
   raise.element.wq = nullptr;
   EXPECT_EQ(rdmaemu_raise_async_event(ctx_, &raise), EINVAL);
+}
+
+// The control plane names a WQ by its wq_num: `list` shows it with its
+// state, `event wq_fatal --wq WQN` reaches ibv_get_async_event naming the
+// application's own ibv_wq, and after ibv_destroy_wq neither finds it.
+TEST_F(WqTest, ControlPlaneListsTheWqByWqnAndRaisesWqFatalOnIt) {
+  ibv_wq* wq = NewWq(cq_);
+  ASSERT_NE(wq, nullptr);
+  ASSERT_EQ(SetState(wq, IBV_WQS_RDY), 0);
+  const std::string wqn = std::to_string(wq->wq_num);
+  const std::string line = fmt::format("\nemu0 wq {} (0x{:06x}) RDY\n", wq->wq_num, wq->wq_num);
+  std::vector<std::string> list = {"list"};
+  rdmaemu::control::Reply r = rdmaemu::control::Dispatch(list);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find(line), std::string::npos) << r.out;
+
+  std::vector<std::string> event = {"event", "wq_fatal", "--wq", wqn};
+  r = rdmaemu::control::Dispatch(event);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "emu0 wq " + wqn + ": raised IBV_EVENT_WQ_FATAL\n");
+  ibv_async_event ev;
+  ASSERT_TRUE(NextEvent(&ev));
+  EXPECT_EQ(ev.event_type, IBV_EVENT_WQ_FATAL);
+  EXPECT_EQ(ev.element.wq, wq);
+  ibv_ack_async_event(&ev);
+
+  ASSERT_EQ(ibv_destroy_wq(wq), 0);
+  wqs_.clear();
+  r = rdmaemu::control::Dispatch(list);
+  EXPECT_EQ(r.out.find(line), std::string::npos) << r.out;
+  r = rdmaemu::control::Dispatch(event);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "event: no wq " + wqn + " in this process (see `list`)\n");
 }
 
 // SRQ_ERR from its cause: a receive taken from the SRQ loses its completion
