@@ -107,7 +107,8 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
   o.device_cap_flags = IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVICE_BAD_QKEY_CNTR |
                        IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_UD_AV_PORT_ENFORCE |
                        IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
-                       IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE;
+                       IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE |
+                       IBV_DEVICE_AUTO_PATH_MIG;
   o.max_sge = device::kMaxSge;
   o.max_sge_rd = device::kMaxSgeRd;
   o.max_cq = device::kMaxCq;

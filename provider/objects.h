@@ -63,6 +63,7 @@ struct Qp {
   // Serialises modify and query, as the kernel's per-QP lock does.
   std::mutex modify_mu;
   objects::QpAttributes attrs;  // guarded by modify_mu
+  uint32_t migrations_seen = 0;  // guarded by modify_mu: engine path swaps applied to attrs
   // Set iff created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: the QP then has the
   // ibv_wr_* API and ibv_qp_to_qp_ex returns it.
   std::shared_ptr<WrBatch> wr_batch;

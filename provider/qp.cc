@@ -322,6 +322,16 @@ void SyncEngineState(Qp& qp) {
   }
   // The engine clears sq_draining once the started WQEs have completed.
   qp.attrs.sq_draining = state == objects::QpState::kSqd && qp.qp->sq_draining;
+  // It arms a REARM path and migrates (path.cc): the current path is then
+  // the old alternate one, and the old current path the alternate.
+  qp.attrs.path_mig_state = static_cast<objects::MigState>(qp.qp->attrs.mig_state);
+  for (; qp.migrations_seen != qp.qp->migrations; ++qp.migrations_seen) {
+    objects::QpAttributes& a = qp.attrs;
+    std::swap(a.ah_attr, a.alt_ah_attr);
+    std::swap(a.port_num, a.alt_port_num);
+    std::swap(a.pkey_index, a.alt_pkey_index);
+    std::swap(a.timeout, a.alt_timeout);
+  }
 }
 
 // A QP with an indirection table (IBV_QP_INIT_ATTR_IND_TABLE and
@@ -493,7 +503,10 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
   limits.roce = pa.link_layer == device::LinkLayer::kEthernet;
   limits.pkey_table_len = pa.pkey_table_len;
   limits.port_active_mtu = pa.active_mtu;
-  limits.auto_path_mig = false;
+  limits.auto_path_mig = true;
+  const int alt_port = (mask & IBV_QP_ALT_PATH) ? attr->alt_port_num : qp->attrs.alt_port_num;
+  limits.alt_roce = !dev.ValidPort(alt_port) ||
+                    dev.QueryPort(alt_port).link_layer == device::LinkLayer::kEthernet;
   std::lock_guard modify(qp->modify_mu);
   SyncEngineState(*qp);
   Status s = objects::CheckModify(qp->type, qp->attrs, requested, static_cast<uint32_t>(mask), limits);
@@ -511,10 +524,23 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
                           "this device reaches IPv4 hosts only");
     }
   }
+  uint32_t alt_dest_ip = 0;
+  if (s.ok() && (mask & IBV_QP_ALT_PATH)) {
+    if (!requested.alt_ah_attr.has_grh) {
+      // Reaches here only on an InfiniBand port (see above).
+      alt_dest_ip = dev.LidAddress(requested.alt_port_num, requested.alt_ah_attr.dlid);
+    } else if (!Ipv4FromGid(requested.alt_ah_attr.dgid, &alt_dest_ip)) {
+      s = InvalidArgument("IBV_QP_ALT_PATH: alt_ah_attr.grh.dgid is not an IPv4-mapped RoCE v2 "
+                          "GID; this device reaches IPv4 hosts only");
+    }
+  }
   if (!s.ok()) {
     Log().warn("ibv_modify_qp qp#{}: {}", ibv->qp_num, s.message());
     return s.code();
   }
+  const bool forced_migration = (mask & IBV_QP_PATH_MIG_STATE) &&
+                                qp->attrs.path_mig_state == objects::MigState::kArmed &&
+                                requested.path_mig_state == objects::MigState::kMigrated;
   objects::ApplyModify(qp->attrs, requested, static_cast<uint32_t>(mask));
   engine::Qp& eqp = *qp->qp;
   objects::QpState before;
@@ -528,9 +554,25 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
     t.path_mtu = objects::MtuBytes(qp->attrs.path_mtu);
     if (mask & IBV_QP_AV) t.dest_ip = dest_ip;
     t.access = qp->attrs.qp_access_flags;
-    t.port = qp->attrs.port_num == 0 ? 1 : qp->attrs.port_num;
-    t.pkey_index = qp->attrs.pkey_index;
-    t.timeout = qp->attrs.timeout;
+    // Port, P_Key index and timeout belong to the current path, which the
+    // engine swaps when it migrates: written only when the application sets them.
+    if (mask & IBV_QP_PORT) t.port = qp->attrs.port_num == 0 ? 1 : qp->attrs.port_num;
+    if (mask & IBV_QP_PKEY_INDEX) t.pkey_index = qp->attrs.pkey_index;
+    if (mask & IBV_QP_TIMEOUT) t.timeout = qp->attrs.timeout;
+    if (mask & IBV_QP_ALT_PATH) {
+      t.alt_dest_ip = alt_dest_ip;
+      t.alt_port = qp->attrs.alt_port_num;
+      t.alt_pkey_index = qp->attrs.alt_pkey_index;
+      t.alt_timeout = qp->attrs.alt_timeout;
+    }
+    if (mask & IBV_QP_PATH_MIG_STATE) {
+      t.mig_state = static_cast<engine::MigState>(qp->attrs.path_mig_state);
+    }
+    if (forced_migration) {
+      // The application migrates the QP itself (IBA 17.2.8): no event.
+      engine::SwapPaths(t);
+      ++eqp.migrations;
+    }
     t.retry_cnt = qp->attrs.retry_cnt;
     t.rnr_retry = qp->attrs.rnr_retry;
     t.min_rnr_timer = qp->attrs.min_rnr_timer;
@@ -556,6 +598,10 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
       eqp.nak_sent = eqp.uc_resync = eqp.rnr_waiting = false;
       eqp.msn = 0;
       eqp.comm_est = false;
+      t.alt_port = 0;
+      t.alt_dest_ip = 0;
+      t.mig_state = engine::MigState::kMigrated;
+      qp->migrations_seen = eqp.migrations;
     }
   }
   ibv->state = static_cast<ibv_qp_state>(qp->attrs.state);

@@ -206,18 +206,25 @@ Result<std::shared_ptr<Engine>> Engine::Start(std::shared_ptr<device::Device> de
   std::shared_ptr<Engine> engine(new Engine(device));
   if (Status s = FaultsFromEnvironment(engine->faults_); !s.ok()) return s;
   if (Status s = capture::StartFromEnvironment(); !s.ok()) return s;
-  auto socket = device->TakeSocket(1);
-  if (!socket.ok()) return socket.status();
-  engine->local_ip_ = ntohl(socket->address().sin_addr.s_addr);
-  engine->udp_port_ = ntohs(socket->address().sin_port);
+  std::vector<net::UdpSocket> sockets;
+  std::string where;
+  for (int port = 1; port <= device->num_ports(); ++port) {
+    auto socket = device->TakeSocket(port);
+    if (!socket.ok()) return socket.status();
+    engine->endpoints_.push_back(
+        {ntohl(socket->address().sin_addr.s_addr), ntohs(socket->address().sin_port)});
+    where += fmt::format("{}port {} {}", port == 1 ? "" : ", ", port,
+                         net::ToString(socket->address()));
+    sockets.push_back(std::move(socket).value());
+  }
   engine->packet_.resize(wire::kMaxPacketBytes);
-  auto loop = net::Loop::Create(*backend, std::move(socket).value(), engine.get());
+  auto loop = net::Loop::Create(*backend, std::move(sockets), engine.get());
   if (!loop.ok()) return loop.status();
   engine->loop_ = std::move(loop).value();
   engine->device_->SetFatalHandler([raw = engine.get()] { raw->FailAllQps(); });
   engine->loop_->Start();
-  Log().info("{}: engine running on {} ({})", engine->device_->name(),
-             net::ToString(engine->loop_->address()), net::ToString(engine->loop_->backend()));
+  Log().info("{}: engine running on {} ({})", engine->device_->name(), where,
+             net::ToString(engine->loop_->backend()));
   return engine;
 }
 
@@ -347,7 +354,11 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather 
     Count(qp, &Counters::dropped_device_dead);
     return;
   }
-  if (!device_->PortUp(1)) {
+  // The QP's current path picks the port; modify checked it, so a bad one
+  // here is a bug: port 1 is the safe answer.
+  uint8_t port = qp != nullptr ? qp->attrs.port : 1;
+  if (port < 1 || port > endpoints_.size()) port = 1;
+  if (!device_->PortUp(port)) {
     Count(qp, &Counters::dropped_port_down);
     return;
   }
@@ -358,7 +369,8 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather 
   }
   wire::PacketFields fields = fields_in;
   if (qp != nullptr) fields.bth.pkey = device_->PkeyAt(qp->attrs.port, qp->attrs.pkey_index);
-  wire::IcrcAddressing addr{local_ip_, ntohl(dst_ip), udp_port_, udp_port_};
+  const Endpoint& from = endpoints_[port - 1];
+  wire::IcrcAddressing addr{from.ip, ntohl(dst_ip), from.udp_port, from.udp_port};
   auto len = wire::BuildPacket(fields, payload, packet_, &addr);
   if (!len.ok()) {
     Log().error("cannot build a {} packet: {}", wire::InfoOf(fields.opcode).name, len.status().message());
@@ -367,7 +379,7 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather 
   sockaddr_in to{};
   to.sin_family = AF_INET;
   to.sin_addr.s_addr = dst_ip;
-  to.sin_port = htons(udp_port_);
+  to.sin_port = htons(from.udp_port);
   // The QP counts what it transmitted; the port what crossed the socket
   // (SendNow), which fault rules may make more or less.
   if (qp != nullptr) {
@@ -376,12 +388,12 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather 
   }
   std::span<uint8_t> bytes(packet_.data(), *len);
   if (!faults_.active()) {
-    SendNow(to, bytes);
+    SendNow(port, to, bytes);
     return;
   }
   fault::PacketMeta meta;
   meta.dir = fault::kTx;
-  meta.port = 1;
+  meta.port = port;
   meta.local_qpn = qp != nullptr ? qp->qpn : 0;
   meta.dst_qpn = fields.bth.dest_qpn;
   meta.psn = fields.bth.psn;
@@ -389,18 +401,20 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather 
   faults_.Egress(meta, bytes, to, Clock::now(), *this);
 }
 
-void Engine::SendNow(const sockaddr_in& to, std::span<const uint8_t> bytes) {
-  SendDatagram(to, bytes);
-  Count(nullptr, &Counters::packets_sent);
-  Count(nullptr, &Counters::bytes_sent, bytes.size());
+void Engine::SendNow(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes) {
+  if (port < 1 || port > endpoints_.size()) return;  // the injector keeps what Transmit gave it
+  SendDatagram(port, to, bytes);
+  CountPort(port, &Counters::packets_sent);
+  CountPort(port, &Counters::bytes_sent, bytes.size());
 }
 
 void Engine::Deliver(const net::Datagram& datagram) { ReceiveDatagram(datagram, Clock::now()); }
 
-void Engine::SendDatagram(const sockaddr_in& to, std::span<const uint8_t> bytes) {
-  capture::Record({local_ip_, ntohl(to.sin_addr.s_addr), udp_port_, ntohs(to.sin_port)}, bytes);
+void Engine::SendDatagram(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes) {
+  const Endpoint& from = endpoints_[port - 1];
+  capture::Record({from.ip, ntohl(to.sin_addr.s_addr), from.udp_port, ntohs(to.sin_port)}, bytes);
   iovec iov{const_cast<uint8_t*>(bytes.data()), bytes.size()};
-  loop_->Send(to, std::span<const iovec>(&iov, 1));
+  loop_->Send(port - 1, to, std::span<const iovec>(&iov, 1));
 }
 
 bool Engine::PkeyAccepted(Qp& qp, const wire::PacketView& packet) {
@@ -644,17 +658,20 @@ void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
   const Clock::time_point now = Clock::now();
   auto access = device_->mrs().AccessGuard();
   for (const net::Datagram& d : batch) {
+    // Port p's socket is the loop's socket p-1 (Start).
+    if (d.socket < 0 || static_cast<size_t>(d.socket) >= endpoints_.size()) continue;
+    const uint8_t port = static_cast<uint8_t>(d.socket + 1);
     capture::Record({ntohl(d.src.sin_addr.s_addr), ntohl(d.dst.s_addr), ntohs(d.src.sin_port),
-                     udp_port_},
+                     endpoints_[d.socket].udp_port},
                     d.data);
-    Count(nullptr, &Counters::packets_received);
-    Count(nullptr, &Counters::bytes_received, d.data.size());
+    CountPort(port, &Counters::packets_received);
+    CountPort(port, &Counters::bytes_received, d.data.size());
     if (device_->dead()) {
-      Count(nullptr, &Counters::dropped_device_dead);
+      CountPort(port, &Counters::dropped_device_dead);
       continue;
     }
-    if (!device_->PortUp(1)) {
-      Count(nullptr, &Counters::dropped_port_down);
+    if (!device_->PortUp(port)) {
+      CountPort(port, &Counters::dropped_port_down);
       continue;
     }
     // Fault rules see what the BTH says; anything shorter goes on to be
@@ -666,7 +683,7 @@ void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
     const wire::ConstBthView bth(d.data);
     fault::PacketMeta meta;
     meta.dir = fault::kRx;
-    meta.port = 1;
+    meta.port = port;
     meta.local_qpn = meta.dst_qpn = bth.dest_qpn();
     meta.psn = bth.psn();
     meta.opcode = bth.opcode();
@@ -675,23 +692,26 @@ void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
 }
 
 void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
+  // OnDatagrams checked the socket; the fault injector gives it back as it was.
+  if (d.socket < 0 || static_cast<size_t>(d.socket) >= endpoints_.size()) return;
+  const uint8_t port = static_cast<uint8_t>(d.socket + 1);
   auto packet = wire::ParsePacket(d.data);
   if (!packet.ok()) {
-    Count(nullptr, &Counters::dropped_malformed);
+    CountPort(port, &Counters::dropped_malformed);
     RDMAEMU_WARN_LIMITED("dropped a malformed packet from {}: {}", net::ToString(d.src),
                          packet.status().message());
     return;
   }
   wire::IcrcAddressing addr{ntohl(d.src.sin_addr.s_addr), ntohl(d.dst.s_addr),
-                            ntohs(d.src.sin_port), udp_port_};
+                            ntohs(d.src.sin_port), endpoints_[d.socket].udp_port};
   if (Status s = wire::CheckIcrc(addr, d.data); !s.ok()) {
-    Count(nullptr, &Counters::dropped_icrc);
+    CountPort(port, &Counters::dropped_icrc);
     Log().debug("dropped a packet from {}: {}", net::ToString(d.src), s.message());
     return;
   }
   auto qp = FindQp(packet->dest_qpn());
   if (!qp) {
-    Count(nullptr, &Counters::dropped_unknown_qpn);
+    CountPort(port, &Counters::dropped_unknown_qpn);
     Log().debug("dropped a packet for unknown qp#{} from {}", packet->dest_qpn(),
                 net::ToString(d.src));
     return;
@@ -710,15 +730,17 @@ void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
     return;
   }
   if (qp->type == QpType::kUd) {
-    ReceiveUd(*qp, *packet, d);
+    ReceiveUd(*qp, *packet, d, port);
     return;
   }
   std::lock_guard lock(qp->mu);
   if (!PkeyAccepted(*qp, *packet)) return;
   const QpState state = qp->attrs.state;
-  // RC/UC packets come only from the connected peer.
-  if (d.src.sin_addr.s_addr != qp->attrs.dest_ip) {
-    Count(qp.get(), &Counters::dropped_bad_state);
+  // RC/UC packets come only from the connected peer, on the QP's port (or
+  // on its alternate path, path.cc). Counted on the port that received it.
+  if (!AcceptPath(*qp, *packet, d.src.sin_addr.s_addr, port)) {
+    CountPort(port, &Counters::dropped_bad_state);
+    CountOnQp(*qp, &Counters::dropped_bad_state);
     return;
   }
   if (packet->Has(wire::kRequestMask)) {
@@ -745,9 +767,16 @@ void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
   }
 }
 
-void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagram& d) {
+void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagram& d,
+                       uint8_t port) {
   std::lock_guard lock(qp.mu);
   QpState state = qp.attrs.state;
+  // A UD QP is bound to one port and hears only what arrives there.
+  if (port != qp.attrs.port) {
+    CountPort(port, &Counters::dropped_bad_state);
+    CountOnQp(qp, &Counters::dropped_bad_state);
+    return;
+  }
   if (state != QpState::kRtr && state != QpState::kRts && state != QpState::kSqd) {
     Count(&qp, &Counters::dropped_bad_state);
     return;
@@ -778,7 +807,8 @@ void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagr
 
 void Engine::ReceiveUdRss(Qp& qp, const wire::PacketView& packet, const net::Datagram& d) {
   const uint32_t hash = RxHash(qp.rx_hash.key, qp.rx_hash.fields, ntohl(d.src.sin_addr.s_addr),
-                               ntohl(d.dst.s_addr), ntohs(d.src.sin_port), udp_port_);
+                               ntohl(d.dst.s_addr), ntohs(d.src.sin_port),
+                               endpoints_[d.socket].udp_port);
   const auto& entries = qp.rss->entries;
   Wq& wq = *entries[hash & (entries.size() - 1)];
   std::lock_guard lock(wq.mu);

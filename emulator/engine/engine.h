@@ -19,6 +19,7 @@
 #include <mutex>
 #include <set>
 #include <shared_mutex>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -40,7 +41,8 @@ void FlushWq(Wq& wq);
 
 class Engine : public net::LoopHandler, private fault::PacketSink {
  public:
-  // Takes over the device's port-1 socket and starts the loop thread.
+  // Takes over the sockets of every port of the device and starts the loop
+  // thread, which serves them all.
   // RDMAEMU_FAULTS (fault rules, docs/faults.md) is read here: a bad rule
   // fails the start (EINVAL) with a message naming it.
   static Result<std::shared_ptr<Engine>> Start(std::shared_ptr<device::Device> device);
@@ -84,7 +86,8 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
 
   // engine.cc: UD and shared helpers.
   void ExecuteUdSend(Qp& qp, const SendWqe& wqe);
-  void ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagram& dgram);
+  // A UD QP hears only what arrives on its own port (`port`).
+  void ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagram& dgram, uint8_t port);
   // ReceiveUd for a QP with an indirection table: the message goes to the
   // WQ the RX hash picks and completes on that WQ's CQ.
   void ReceiveUdRss(Qp& qp, const wire::PacketView& packet, const net::Datagram& dgram);
@@ -93,13 +96,15 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
   void DeliverUd(const RecvWqe& wqe, uint32_t pd, uint32_t num, const wire::PacketView& packet,
                  const net::Datagram& d, objects::Cqe& cqe);
   // Builds one packet for `qp` (counted on it) to its peer (RC/UC) or
-  // `dst_ip` (network order) and sends it, through the fault rules when
+  // `dst_ip` (network order) and sends it from the socket of the QP's port
+  // (its current path; port 1 without a QP), through the fault rules when
   // any are active. The BTH gets the P_Key of the QP's pkey_index.
   void Transmit(Qp* qp, const wire::PacketFields& fields, wire::Gather payload, uint32_t dst_ip);
   // fault::PacketSink. SendNow takes a packet past the fault rules to the
-  // socket (through SendDatagram, counted on the port); Deliver processes a
-  // received datagram past them through ReceiveDatagram.
-  void SendNow(const sockaddr_in& to, std::span<const uint8_t> bytes) override;
+  // socket of `port` (through SendDatagram, counted on the port); Deliver
+  // processes a received datagram past them through ReceiveDatagram (its
+  // port is the one whose socket received it: datagram.socket + 1).
+  void SendNow(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes) override;
   void Deliver(const net::Datagram& datagram) override;
   void ReceiveDatagram(const net::Datagram& datagram, Clock::time_point now);
   // Forced protocol events (fault rules rnr, nak, error); qp.mu held.
@@ -107,11 +112,16 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
   bool ForcedError(Qp& qp, const wire::PacketView& packet);
   // True if an `rnr` or `nak` rule answered this new request message.
   bool ForcedResponse(Qp& qp, const wire::PacketView& packet);
-  // Bumps a counter of the port (the engine serves port 1's socket) and, if
-  // given, of the QP. Relaxed: the data path pays one uncontended add each.
+  // Bumps a counter of the QP's port (its current path; port 1 without a
+  // QP) and, if given, of the QP. Relaxed: the data path pays one
+  // uncontended add each.
   void Count(Qp* qp, std::atomic<uint64_t> Counters::*c, uint64_t n = 1) {
-    (ports_[0].*c).fetch_add(n, std::memory_order_relaxed);
+    CountPort(qp != nullptr ? qp->attrs.port : 1, c, n);
     if (qp != nullptr) (qp->counters.*c).fetch_add(n, std::memory_order_relaxed);
+  }
+  // The same for a packet of no QP (or none known yet) on `port`.
+  void CountPort(uint8_t port, std::atomic<uint64_t> Counters::*c, uint64_t n = 1) {
+    (ports_[(port - 1) & 1].*c).fetch_add(n, std::memory_order_relaxed);
   }
   // The QP's share of something the port has counted already.
   static void CountOnQp(Qp& qp, std::atomic<uint64_t> Counters::*c, uint64_t n = 1) {
@@ -124,7 +134,7 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
   void FailAllQps();
   // The one exit to the socket: every datagram leaves here, and is captured
   // here (after fault rules, before the kernel), exactly as it goes out.
-  void SendDatagram(const sockaddr_in& to, std::span<const uint8_t> bytes);
+  void SendDatagram(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes);
   // Validates an SGE list against the QP's PD; `write` needs LOCAL_WRITE.
   objects::WcStatus CheckSges(const Qp& qp, const std::vector<Sge>& sges, bool write);
   // The same against `pd`, naming queue `num` (a QP or WQ) in the log.
@@ -161,6 +171,20 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
   // SQ_DRAINED if the QP asked for it.
   void CheckDrained(Qp& qp);
 
+  // path.cc: automatic path migration (IBA 17.2.8).
+  // Moves an ARMED QP to its alternate path and reports PATH_MIG; false if
+  // it is not armed or the alternate port is down.
+  bool Migrate(Qp& qp, std::string_view why);
+  void MigrateIfPortDown(Qp& qp, Clock::time_point now);
+  // Retries ran out on the current path: migrates (true) or reports
+  // PATH_MIG_ERR if the QP had an alternate path (false: the QP then fails).
+  bool MigrateOnRetriesExhausted(Qp& qp, Clock::time_point now);
+  void RestartOnNewPath(Qp& qp, Clock::time_point now);
+  // Whether an RC/UC packet from src_ip (network order) arriving on `port`
+  // belongs to the QP's path; arms a REARM QP and migrates an ARMED responder
+  // as the spec says.
+  bool AcceptPath(Qp& qp, const wire::PacketView& packet, uint32_t src_ip, uint8_t port);
+
   // completer.cc
   void OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_point now);
   void AckUpTo(Qp& qp, uint32_t psn, Clock::time_point now);
@@ -180,8 +204,12 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
 
   const std::shared_ptr<device::Device> device_;
   std::unique_ptr<net::Loop> loop_;
-  uint32_t local_ip_ = 0;  // host order
-  uint16_t udp_port_ = 0;  // host order
+  // Port p's socket is the loop's socket p-1. Constant after Start.
+  struct Endpoint {
+    uint32_t ip = 0;        // host order
+    uint16_t udp_port = 0;  // host order
+  };
+  std::vector<Endpoint> endpoints_;
   Counters ports_[2];  // per port; a device has at most 2
   fault::Injector faults_;
 

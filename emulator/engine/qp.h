@@ -16,6 +16,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #include "emulator/engine/counters.h"
 #include "emulator/engine/work.h"
@@ -30,6 +31,8 @@ using Clock = std::chrono::steady_clock;
 // libibverbs' numbering (enum ibv_qp_type, enum ibv_qp_state).
 enum class QpType : uint8_t { kRc = 2, kUc = 3, kUd = 4 };
 enum class QpState : uint8_t { kReset = 0, kInit, kRtr, kRts, kSqd, kSqe, kErr };
+// enum ibv_mig_state's numbering.
+enum class MigState : uint8_t { kMigrated = 0, kRearm, kArmed };
 
 struct QpCaps {
   uint32_t max_send_wr = 0;
@@ -55,7 +58,22 @@ struct TransportAttrs {
   uint8_t min_rnr_timer = 0;
   uint8_t max_rd_atomic = 1;
   bool sqd_notify = false;   // en_sqd_async_notify: raise SQ_DRAINED once drained
+  // The alternate path (RC/UC, path.cc); alt_port 0 = none loaded.
+  uint32_t alt_dest_ip = 0;  // network order
+  uint8_t alt_port = 0;
+  uint16_t alt_pkey_index = 0;
+  uint8_t alt_timeout = 0;
+  MigState mig_state = MigState::kMigrated;
 };
+
+// A migration: the alternate path becomes the current one, and the old
+// current path is kept as the alternate.
+inline void SwapPaths(TransportAttrs& t) {
+  std::swap(t.dest_ip, t.alt_dest_ip);
+  std::swap(t.port, t.alt_port);
+  std::swap(t.pkey_index, t.alt_pkey_index);
+  std::swap(t.timeout, t.alt_timeout);
+}
 
 // A send WQE the requester has started: its PSNs and progress.
 struct Inflight {
@@ -144,6 +162,9 @@ struct Qp {
   // WQEs posted before the modify to SQD: their doorbell was rung, so they
   // count as started (a NIC has fetched them) and are still admitted.
   size_t sqd_admit = 0;
+  // Paths swapped so far (by the engine or a forced migration); the provider
+  // swaps its copy of the attributes to match.
+  uint32_t migrations = 0;
 
   // Responder.
   uint32_t epsn = 0;             // expected request PSN

@@ -60,6 +60,7 @@ void Engine::Progress(Qp& qp, Clock::time_point now) {
     CheckDrained(qp);
     return;
   }
+  MigrateIfPortDown(qp, now);
   if (qp.rnr_waiting) {
     if (now < qp.rnr_until) {
       active_.insert(qp.qpn);
@@ -163,6 +164,8 @@ void Engine::SendRequest(Qp& qp, Inflight& f, uint32_t psn) {
   wire::PacketFields p;
   p.bth.dest_qpn = qp.attrs.dest_qpn;
   p.bth.psn = psn;
+  // MigReq is set in MIGRATED and clear while the path is REARM or ARMED.
+  p.bth.migreq = qp.attrs.mig_state == MigState::kMigrated;
   std::span<const uint8_t> payload;
   switch (w.op) {
     case SendOp::kSend:

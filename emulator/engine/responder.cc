@@ -30,6 +30,7 @@ void Engine::SendAck(Qp& qp, uint32_t psn, uint8_t syndrome) {
   p.opcode = wire::Opcode::RC_ACKNOWLEDGE;
   p.bth.dest_qpn = qp.attrs.dest_qpn;
   p.bth.psn = psn;
+  p.bth.migreq = qp.attrs.mig_state == MigState::kMigrated;
   p.aeth.syndrome = syndrome;
   p.aeth.msn = qp.msn & 0xffffff;
   Transmit(&qp, p, wire::Gather(), qp.attrs.dest_ip);
@@ -106,6 +107,7 @@ void Engine::AnswerRead(Qp& qp, const ReplayEntry& r, uint32_t from_psn) {
     }
     p.bth.dest_qpn = qp.attrs.dest_qpn;
     p.bth.psn = psn;
+    p.bth.migreq = qp.attrs.mig_state == MigState::kMigrated;
     p.aeth.syndrome = wire::AckSyndrome();
     p.aeth.msn = qp.msn & 0xffffff;
     const uint64_t offset = uint64_t{index} * mtu;

@@ -239,9 +239,10 @@ void Injector::Hold(Held&& h, Clock::time_point at) {
 
 void Injector::PassNow(const Held& h, PacketSink& sink) {
   if (h.dir == kTx) {
-    sink.SendNow(h.peer, h.bytes);
+    sink.SendNow(h.port, h.peer, h.bytes);
   } else {
-    sink.Deliver(net::Datagram{h.peer, h.dst, h.bytes});
+    // Back to the engine as the port's socket received it.
+    sink.Deliver(net::Datagram{h.peer, h.dst, h.bytes, h.port - 1});
   }
 }
 

@@ -72,8 +72,8 @@ struct Forced {
 class PacketSink {
  public:
   virtual ~PacketSink() = default;
-  // Puts a built packet on the socket.
-  virtual void SendNow(const sockaddr_in& to, std::span<const uint8_t> bytes) = 0;
+  // Puts a built packet on the socket of `port` (PacketMeta::port).
+  virtual void SendNow(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes) = 0;
   // Processes a received datagram.
   virtual void Deliver(const net::Datagram& datagram) = 0;
 };

@@ -144,7 +144,8 @@ Status CheckAv(const AddressVector& av, std::string_view what, std::string_view 
     return InvalidArgument(fmt::format("{}: {}.port_num {} differs from the QP's {} {}", attr,
                                        what, av.port_num, port_field, port));
   }
-  if (limits.roce && !av.has_grh) {
+  const bool roce = what == "ah_attr" ? limits.roce : limits.alt_roce;
+  if (roce && !av.has_grh) {
     if (what == "ah_attr") {
       return InvalidArgument(
           "on RoCE (Ethernet link layer) the address vector needs a GRH: set "
@@ -289,6 +290,49 @@ Status CheckValues(const QpAttributes& current, const QpAttributes& req, uint32_
   return Status::Ok();
 }
 
+// IBV_QP_ALT_PATH and IBV_QP_PATH_MIG_STATE against the QP's migration
+// state; `to` is the state the QP ends in.
+Status CheckMigration(const QpAttributes& current, const QpAttributes& req, uint32_t mask,
+                      QpState to) {
+  const MigState now = current.path_mig_state;
+  if ((mask & kQpAltPath) && now == MigState::kArmed) {
+    return InvalidArgument(
+        "IBV_QP_ALT_PATH: the alternate path is ARMED and cannot be replaced; load a new one while "
+        "path_mig_state is MIGRATED or REARM (after a migration, or before arming)");
+  }
+  if (!(mask & kQpPathMigState) || req.path_mig_state == now) return Status::Ok();
+  switch (req.path_mig_state) {
+    case MigState::kRearm:
+      if (now != MigState::kMigrated) {
+        return InvalidArgument(fmt::format(
+            "IBV_QP_PATH_MIG_STATE: IBV_MIG_REARM is loaded from MIGRATED; the path is {}",
+            ToString(now)));
+      }
+      if (!(mask & kQpAltPath) && current.alt_port_num == 0) {
+        return InvalidArgument(
+            "IBV_QP_PATH_MIG_STATE: IBV_MIG_REARM needs an alternate path: set IBV_QP_ALT_PATH "
+            "(alt_ah_attr, alt_port_num, alt_pkey_index, alt_timeout) in this modify or an "
+            "earlier one");
+      }
+      return Status::Ok();
+    case MigState::kArmed:
+      return InvalidArgument(fmt::format(
+          "IBV_QP_PATH_MIG_STATE: IBV_MIG_ARMED may only follow IBV_MIG_REARM (REARM\u2192ARMED); "
+          "the path is {}: load an alternate path with IBV_MIG_REARM first (the QP also arms "
+          "itself once its peer is rearmed)",
+          ToString(now)));
+    case MigState::kMigrated:
+      if (now != MigState::kArmed || to != QpState::kRts) {
+        return InvalidArgument(fmt::format(
+            "IBV_QP_PATH_MIG_STATE: IBV_MIG_MIGRATED forces a migration to the alternate path and "
+            "needs the path ARMED and the QP in RTS; the path is {} and the QP goes to {}",
+            ToString(now), ToString(to)));
+      }
+      return Status::Ok();
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string_view ToString(QpState state) {
@@ -422,7 +466,8 @@ Status CheckModify(QpType type, const QpAttributes& current, const QpAttributes&
         "RTS\u2192SQD) or for ibv_query_qp to show sq_draining = 0",
         QpAttrMaskToString(mask & ~(kQpState | kQpCurState))));
   }
-  return CheckValues(current, requested, mask, limits);
+  if (Status s = CheckValues(current, requested, mask, limits); !s.ok()) return s;
+  return CheckMigration(current, requested, mask, to);
 }
 
 void ApplyModify(QpAttributes& current, const QpAttributes& requested, uint32_t mask) {

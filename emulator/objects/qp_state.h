@@ -199,6 +199,7 @@ struct QpLimits {
   uint32_t max_rd_atomic = 16;        // ibv_device_attr.max_qp_init_rd_atom
   uint32_t max_dest_rd_atomic = 16;   // ibv_device_attr.max_qp_rd_atom
   bool roce = true;                   // Ethernet link layer: every AV needs a GRH
+  bool alt_roce = true;               // the same for the alternate path's port
   uint32_t port_active_mtu = 4096;    // bytes; path_mtu may not exceed it
   bool auto_path_mig = true;          // IBV_DEVICE_AUTO_PATH_MIG: IBV_QP_ALT_PATH works
 };
@@ -214,6 +215,11 @@ struct TransitionMasks {
 // allow that transition for that QP type.
 std::optional<TransitionMasks> FindTransition(QpType type, QpState from, QpState to);
 
+// Path migration (IBA 17.2.8), besides the table: IBV_QP_PATH_MIG_STATE may
+// load REARM from MIGRATED when an alternate path exists (in this modify or
+// an earlier one), confirm ARMED from REARM, and force MIGRATED from ARMED
+// in RTS; IBV_QP_ALT_PATH may not replace an ARMED alternate path.
+//
 // Whether ibv_modify_qp(qp of `type` whose attributes are `current`,
 // `requested`, `mask`) is legal. Without IBV_QP_STATE in mask the QP stays in
 // its state (an RTS->RTS modify, for example); with IBV_QP_CUR_STATE,

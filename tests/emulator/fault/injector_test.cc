@@ -32,19 +32,25 @@ struct Sent {
   uint8_t opcode;
   std::vector<uint8_t> bytes;
   Clock::time_point at;
+  uint8_t port = 0;  // tx: the port to send from; rx: the receiving socket + 1
 };
 
 class FakeSink : public PacketSink {
  public:
-  void SendNow(const sockaddr_in& to, std::span<const uint8_t> bytes) override { Record(true, bytes); }
-  void Deliver(const net::Datagram& d) override { Record(false, d.data); }
+  void SendNow(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes) override {
+    Record(true, bytes, port);
+  }
+  void Deliver(const net::Datagram& d) override {
+    Record(false, d.data, static_cast<uint8_t>(d.socket + 1));
+  }
   Clock::time_point now{};
   std::vector<Sent> out;
 
  private:
-  void Record(bool tx, std::span<const uint8_t> bytes) {
+  void Record(bool tx, std::span<const uint8_t> bytes, uint8_t port) {
     wire::ConstBthView bth(bytes);
-    out.push_back({tx, bth.dest_qpn(), bth.psn(), bth.opcode(), {bytes.begin(), bytes.end()}, now});
+    out.push_back(
+        {tx, bth.dest_qpn(), bth.psn(), bth.opcode(), {bytes.begin(), bytes.end()}, now, port});
   }
 };
 
@@ -72,15 +78,16 @@ struct Harness {
     to.sin_addr.s_addr = htonl(kDstIp);
     to.sin_port = htons(4791);
   }
-  void Tx(Opcode op, uint32_t qpn, uint32_t psn, uint32_t local_qpn = 0x11, size_t payload = 64) {
+  void Tx(Opcode op, uint32_t qpn, uint32_t psn, uint32_t local_qpn = 0x11, size_t payload = 64,
+          uint8_t port = 1) {
     auto bytes = Build(op, qpn, psn, payload);
-    PacketMeta m{kTx, 1, local_qpn, qpn, psn, static_cast<uint8_t>(op)};
+    PacketMeta m{kTx, port, local_qpn, qpn, psn, static_cast<uint8_t>(op)};
     injector.Egress(m, bytes, to, sink.now, sink);
   }
-  void Rx(Opcode op, uint32_t qpn, uint32_t psn) {
+  void Rx(Opcode op, uint32_t qpn, uint32_t psn, uint8_t port = 1) {
     auto bytes = Build(op, qpn, psn);
-    net::Datagram d{to, in_addr{htonl(kDstIp)}, bytes};
-    PacketMeta m{kRx, 1, qpn, qpn, psn, static_cast<uint8_t>(op)};
+    net::Datagram d{to, in_addr{htonl(kDstIp)}, bytes, port - 1};
+    PacketMeta m{kRx, port, qpn, qpn, psn, static_cast<uint8_t>(op)};
     injector.Ingress(m, d, sink.now, sink);
   }
   std::optional<Clock::time_point> Advance(Duration d) {
@@ -295,6 +302,27 @@ TEST(FaultInjector, DelayHoldsUntilDueAndJitterStaysInRange) {
   EXPECT_GE(*seen.begin(), 50);
   EXPECT_LE(*seen.rbegin(), 150);
   EXPECT_GT(seen.size(), 20u) << "jitter should spread the delays";
+}
+
+TEST(FaultInjector, PortFilterAndHeldPacketsKeepTheirPort) {
+  // Two ports: a rule for port 2 leaves port 1 alone, and a packet held
+  // back goes out from (or is delivered as received on) its own port.
+  Harness h("delay=1ms@port=2", {kRate100G, kRate100G});
+  h.Tx(Opcode::RC_SEND_ONLY, 0x100, 1, 0x11, 64, 1);
+  h.Tx(Opcode::RC_SEND_ONLY, 0x100, 2, 0x11, 64, 2);
+  h.Rx(Opcode::RC_ACKNOWLEDGE, 0x11, 3, 1);
+  h.Rx(Opcode::RC_ACKNOWLEDGE, 0x11, 4, 2);
+  ASSERT_EQ(h.sink.out.size(), 2u) << "port 1's packets pass at once";
+  EXPECT_EQ(h.sink.out[0].psn, 1u);
+  EXPECT_EQ(h.sink.out[0].port, 1);
+  EXPECT_EQ(h.sink.out[1].psn, 3u);
+  EXPECT_EQ(h.sink.out[1].port, 1);
+  h.Advance(std::chrono::milliseconds(2));
+  ASSERT_EQ(h.sink.out.size(), 4u) << "port 2's were held, then released";
+  for (size_t i = 2; i < 4; ++i) {
+    EXPECT_EQ(h.sink.out[i].port, 2) << "psn " << h.sink.out[i].psn;
+  }
+  EXPECT_EQ(h.injector.counters().delayed, 2u);
 }
 
 TEST(FaultInjector, ReorderLetsLaterPacketsOvertake) {

@@ -793,5 +793,99 @@ TEST(QpStateNames, MaskToStringFollowsTheManPageOrder) {
   EXPECT_EQ(QpAttrMaskToString(kQpQkey | (1u << 22)), "IBV_QP_QKEY, 0x400000");
 }
 
+
+// ------------------------------------------------- path migration and SQD
+
+// A QP in `state` whose path migration state is `mig`, with an alternate
+// path on port 1 when `alt`.
+QpAttributes Migrating(QpState state, MigState mig, bool alt) {
+  QpAttributes qp = InState(state);
+  qp.path_mig_state = mig;
+  if (alt) {
+    qp.alt_port_num = 1;
+    qp.alt_ah_attr = RoceAv();
+  }
+  return qp;
+}
+
+Status SetMig(const QpAttributes& qp, MigState to, uint32_t extra = 0, QpState state = S::kRts) {
+  QpAttributes r = Request(qp.state, state);
+  r.path_mig_state = to;
+  return CheckModify(QpType::kRc, qp, r, kQpState | kQpPathMigState | extra, Limits());
+}
+
+TEST(PathMigration, RearmIsLoadedFromMigratedWithAnAlternatePath) {
+  EXPECT_TRUE(SetMig(Migrating(S::kRts, MigState::kMigrated, true), MigState::kRearm).ok());
+  // The alternate path may come in the same modify.
+  EXPECT_TRUE(SetMig(Migrating(S::kRts, MigState::kMigrated, false), MigState::kRearm, kQpAltPath).ok());
+  Status s = SetMig(Migrating(S::kRts, MigState::kMigrated, false), MigState::kRearm);
+  EXPECT_EQ(s.code(), EINVAL);
+  EXPECT_NE(s.message().find("IBV_MIG_REARM needs an alternate path"), std::string::npos) << s.message();
+  s = SetMig(Migrating(S::kRts, MigState::kArmed, true), MigState::kRearm);
+  EXPECT_EQ(s.code(), EINVAL);
+  EXPECT_NE(s.message().find("the path is ARMED"), std::string::npos) << s.message();
+}
+
+TEST(PathMigration, ArmedOnlyFollowsRearm) {
+  EXPECT_TRUE(SetMig(Migrating(S::kRts, MigState::kRearm, true), MigState::kArmed).ok());
+  Status s = SetMig(Migrating(S::kRts, MigState::kMigrated, true), MigState::kArmed);
+  EXPECT_EQ(s.code(), EINVAL);
+  EXPECT_NE(s.message().find("REARM\u2192ARMED"), std::string::npos) << s.message();
+  // Setting the state the QP is already in changes nothing and is accepted.
+  EXPECT_TRUE(SetMig(Migrating(S::kRts, MigState::kArmed, true), MigState::kArmed).ok());
+  EXPECT_TRUE(SetMig(Migrating(S::kRts, MigState::kMigrated, false), MigState::kMigrated).ok());
+}
+
+TEST(PathMigration, MigratedForcesAMigrationOnlyFromArmedInRts) {
+  EXPECT_TRUE(SetMig(Migrating(S::kRts, MigState::kArmed, true), MigState::kMigrated).ok());
+  EXPECT_TRUE(SetMig(Migrating(S::kSqd, MigState::kArmed, true), MigState::kMigrated).ok())
+      << "SQD -> RTS ends in RTS";
+  Status s = SetMig(Migrating(S::kSqd, MigState::kArmed, true), MigState::kMigrated, 0, S::kSqd);
+  EXPECT_EQ(s.code(), EINVAL);
+  EXPECT_NE(s.message().find("the QP goes to SQD"), std::string::npos) << s.message();
+  s = SetMig(Migrating(S::kRts, MigState::kRearm, true), MigState::kMigrated);
+  EXPECT_EQ(s.code(), EINVAL);
+  EXPECT_NE(s.message().find("needs the path ARMED"), std::string::npos) << s.message();
+}
+
+TEST(PathMigration, AnArmedAlternatePathCannotBeReplaced) {
+  QpAttributes r = Request(S::kRts, S::kRts);
+  Status s = CheckModify(QpType::kRc, Migrating(S::kRts, MigState::kArmed, true), r,
+                         kQpState | kQpAltPath, Limits());
+  EXPECT_EQ(s.code(), EINVAL);
+  EXPECT_NE(s.message().find("IBV_QP_ALT_PATH: the alternate path is ARMED"), std::string::npos)
+      << s.message();
+  EXPECT_TRUE(CheckModify(QpType::kRc, Migrating(S::kRts, MigState::kRearm, true), r,
+                          kQpState | kQpAltPath, Limits())
+                  .ok());
+}
+
+TEST(PathMigration, TheAlternateAvFollowsItsOwnPortsLinkLayer) {
+  QpAttributes r = Request(S::kRtr, S::kRts);
+  r.alt_ah_attr.has_grh = false;
+  QpLimits ib_primary = Limits();
+  ib_primary.roce = false;  // port 1 InfiniBand, the alternate port RoCE
+  Status s = CheckModify(QpType::kRc, InState(S::kRtr), r, kRcRts | kQpAltPath, ib_primary);
+  EXPECT_EQ(s.code(), EINVAL);
+  EXPECT_NE(s.message().find("alternate address vector needs a GRH"), std::string::npos) << s.message();
+  ib_primary.alt_roce = false;
+  EXPECT_TRUE(CheckModify(QpType::kRc, InState(S::kRtr), r, kRcRts | kQpAltPath, ib_primary).ok());
+}
+
+TEST(SqdModify, AttributesChangeOnlyOnceTheSendQueueIsDrained) {
+  QpAttributes draining = InState(S::kSqd);
+  draining.sq_draining = true;
+  QpAttributes r = Request(S::kSqd, S::kSqd);
+  Status s = CheckModify(QpType::kRc, draining, r, kQpState | kQpTimeout, Limits());
+  EXPECT_EQ(s.code(), EINVAL);
+  EXPECT_NE(s.message().find("IBV_QP_TIMEOUT cannot be modified while the send queue is still draining"),
+            std::string::npos)
+      << s.message();
+  // Staying in SQD with no attribute, or resuming, is fine while draining.
+  EXPECT_TRUE(CheckModify(QpType::kRc, draining, r, kQpState, Limits()).ok());
+  EXPECT_TRUE(CheckModify(QpType::kRc, draining, Request(S::kSqd, S::kRts), kQpState, Limits()).ok());
+  EXPECT_TRUE(CheckModify(QpType::kRc, InState(S::kSqd), r, kQpState | kQpTimeout, Limits()).ok());
+}
+
 }  // namespace
 }  // namespace rdmaemu::objects

@@ -1,0 +1,318 @@
+// A two-port device (RDMAEMU_CONFIG with two `port` lines) through the verbs
+// API: each port its own address and GID, RC QPs on either port, and
+// automatic path migration (IBA 17.2.8) with IBV_QP_ALT_PATH and
+// IBV_QP_PATH_MIG_STATE: PATH_MIG on both sides when port 1 goes down under
+// an armed pair, PATH_MIG_ERR when no migration is possible.
+#include <rdmaemu/rdmaemu.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "tests/integration/rc_pair.h"
+
+namespace rdmaemu::testing {
+namespace {
+
+// Before anything opens a device: emu0 with two ports, each on the next
+// free loopback address.
+const bool kTwoPortConfig = [] {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  std::string path = std::string(dir ? dir : "/tmp") + "/two-ports-" + std::to_string(getpid()) + ".conf";
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return false;
+  std::fputs("device emu0\nport\nport\n", f);
+  std::fclose(f);
+  setenv("RDMAEMU_CONFIG", path.c_str(), 1);
+  return true;
+}();
+
+class TwoPortTest : public RcPairTest {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(kTwoPortConfig);
+    RcPairTest::SetUp();
+  }
+  void TearDown() override {
+    // Port state belongs to the device, which the next test may share.
+    if (ctx_) {
+      EXPECT_EQ(rdmaemu_set_port_state(ctx_, 1, IBV_PORT_ACTIVE), 0);
+      EXPECT_EQ(rdmaemu_set_port_state(ctx_, 2, IBV_PORT_ACTIVE), 0);
+    }
+    RcPairTest::TearDown();
+  }
+
+  static ibv_qp_attr AltPath(const ibv_gid& dgid, uint8_t port, uint8_t timeout) {
+    ibv_qp_attr a{};
+    a.alt_ah_attr = Av(dgid, port);
+    a.alt_port_num = port;
+    a.alt_pkey_index = 0;
+    a.alt_timeout = timeout;
+    return a;
+  }
+
+  // Connects a and b on port 1 with port 2 as the alternate path, loads it
+  // with IBV_MIG_REARM on RTR -> RTS, and exchanges one write each way so
+  // that both QPs arm themselves (MigReq clear from a rearmed peer).
+  void ConnectArmed(ibv_qp* a, ibv_qp* b, uint8_t timeout = 14, uint8_t retry_cnt = 7) {
+    ibv_gid g1 = Gid(1), g2 = Gid(2);
+    for (auto [qp, peer] : {std::pair{a, b}, std::pair{b, a}}) {
+      ASSERT_EQ(ToInit(qp, 1), 0);
+      ASSERT_EQ(ToRtr(qp, peer->qp_num, Av(g1, 1), AltPath(g2, 2, timeout), IBV_QP_ALT_PATH), 0);
+      ibv_qp_attr rearm{};
+      rearm.path_mig_state = IBV_MIG_REARM;
+      ASSERT_EQ(ToRts(qp, timeout, retry_cnt, rearm, IBV_QP_PATH_MIG_STATE), 0);
+      EXPECT_EQ(Query(qp).path_mig_state, IBV_MIG_REARM);
+    }
+    ASSERT_EQ(PostWrite(a, 901, 0, 4096, 64), 0);
+    ASSERT_EQ(PostWrite(b, 902, 0, 8192, 64), 0);
+    ASSERT_EQ(Poll(2).size(), 2u);
+    for (ibv_qp* qp : {a, b}) {
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+      while (Query(qp).path_mig_state != IBV_MIG_ARMED && std::chrono::steady_clock::now() < until) {
+      }
+      ASSERT_EQ(Query(qp).path_mig_state, IBV_MIG_ARMED) << "qp " << qp->qp_num;
+    }
+  }
+
+  // Reads async events until one of `type` for `qp` has been seen.
+  bool WaitForQpEvent(ibv_event_type type, ibv_qp* qp, int ms = 5000) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    for (;;) {
+      for (const auto& [t, q] : seen_) {
+        if (t == type && q == qp) return true;
+      }
+      int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                      until - std::chrono::steady_clock::now())
+                                      .count());
+      ibv_async_event ev;
+      if (left <= 0 || !NextEvent(&ev, left)) return false;
+      const bool on_qp = ev.event_type >= IBV_EVENT_QP_FATAL && ev.event_type <= IBV_EVENT_PATH_MIG_ERR;
+      seen_.emplace_back(ev.event_type, on_qp ? ev.element.qp : nullptr);
+    }
+  }
+  bool Saw(ibv_event_type type, ibv_qp* qp) {
+    for (const auto& [t, q] : seen_) {
+      if (t == type && q == qp) return true;
+    }
+    return false;
+  }
+
+  void Fill(size_t at, size_t len, uint8_t seed) {
+    for (size_t i = 0; i < len; ++i) buf_[at + i] = static_cast<uint8_t>(seed + i * 13 + (i >> 8));
+  }
+
+  std::vector<std::pair<ibv_event_type, ibv_qp*>> seen_;
+};
+
+TEST_F(TwoPortTest, TheDeviceHasTwoActivePortsEachWithItsOwnGid) {
+  ibv_device_attr dev{};
+  ASSERT_EQ(ibv_query_device(ctx_, &dev), 0);
+  EXPECT_EQ(dev.phys_port_cnt, 2);
+  EXPECT_TRUE(dev.device_cap_flags & IBV_DEVICE_AUTO_PATH_MIG);
+  for (uint8_t port : {1, 2}) {
+    ibv_port_attr pa{};
+    ASSERT_EQ(ibv_query_port(ctx_, port, &pa), 0);
+    EXPECT_EQ(pa.state, IBV_PORT_ACTIVE) << "port " << int{port};
+    EXPECT_EQ(pa.link_layer, IBV_LINK_LAYER_ETHERNET);
+  }
+  ibv_gid g1 = Gid(1), g2 = Gid(2);
+  EXPECT_NE(std::memcmp(g1.raw, g2.raw, 16), 0);
+}
+
+TEST_F(TwoPortTest, AnRcQpOnPort2TalksToOneOnPort1) {
+  ibv_qp* a = CreateRc();
+  ibv_qp* b = CreateRc();
+  ASSERT_TRUE(a && b);
+  ASSERT_EQ(ToInit(a, 2), 0);
+  ASSERT_EQ(ToRtr(a, b->qp_num, Av(Gid(1), 2)), 0);
+  ASSERT_EQ(ToRts(a), 0);
+  ASSERT_EQ(ToInit(b, 1), 0);
+  ASSERT_EQ(ToRtr(b, a->qp_num, Av(Gid(2), 1)), 0);
+  ASSERT_EQ(ToRts(b), 0);
+  Fill(0, 65536, 3);
+  ASSERT_EQ(PostWrite(a, 1, 0, 1 << 17, 65536), 0);
+  auto wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(buf_.data(), buf_.data() + (1 << 17), 65536), 0);
+  Fill(65536, 4000, 9);
+  ASSERT_EQ(PostWrite(b, 2, 65536, 1 << 18, 4000), 0);
+  wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(buf_.data() + 65536, buf_.data() + (1 << 18), 4000), 0);
+  // b accepts only packets from its peer's address, port 2's: a sends from
+  // the socket of its port.
+  EXPECT_EQ(Query(a).port_num, 2);
+
+}
+
+TEST_F(TwoPortTest, ModifyChecksTheAlternatePathAndTheMigrationState) {
+  ibv_qp* a = CreateRc();
+  ibv_qp* b = CreateRc();
+  ASSERT_TRUE(a && b);
+  ibv_gid g1 = Gid(1), g2 = Gid(2);
+  ASSERT_EQ(ToInit(a, 1), 0);
+  // RoCE: the alternate AV needs a GRH too.
+  ibv_qp_attr bad = AltPath(g2, 2, 14);
+  bad.alt_ah_attr.is_global = 0;
+  EXPECT_EQ(ToRtr(a, b->qp_num, Av(g1, 1), bad, IBV_QP_ALT_PATH), EINVAL);
+  bad = AltPath(g2, 3, 14);
+  EXPECT_EQ(ToRtr(a, b->qp_num, Av(g1, 1), bad, IBV_QP_ALT_PATH), EINVAL) << "no port 3";
+  bad = AltPath(g2, 2, 14);
+  bad.alt_ah_attr.port_num = 1;
+  EXPECT_EQ(ToRtr(a, b->qp_num, Av(g1, 1), bad, IBV_QP_ALT_PATH), EINVAL)
+      << "alt_ah_attr.port_num must equal alt_port_num";
+  // PATH_MIG_STATE is not an INIT -> RTR attribute.
+  ibv_qp_attr mig{};
+  mig.path_mig_state = IBV_MIG_REARM;
+  EXPECT_EQ(ToRtr(a, b->qp_num, Av(g1, 1), mig, IBV_QP_PATH_MIG_STATE), EINVAL);
+  ASSERT_EQ(ToRtr(a, b->qp_num, Av(g1, 1)), 0);
+  // REARM needs an alternate path; ARMED only follows REARM.
+  EXPECT_EQ(ToRts(a, 14, 7, mig, IBV_QP_PATH_MIG_STATE), EINVAL);
+  mig.path_mig_state = IBV_MIG_ARMED;
+  ibv_qp_attr alt = AltPath(g2, 2, 15);
+  alt.path_mig_state = IBV_MIG_ARMED;
+  EXPECT_EQ(ToRts(a, 14, 7, alt, IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE), EINVAL);
+  alt.path_mig_state = IBV_MIG_REARM;
+  ASSERT_EQ(ToRts(a, 14, 7, alt, IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE), 0);
+  ibv_qp_attr q = Query(a);
+  EXPECT_EQ(q.path_mig_state, IBV_MIG_REARM);
+  EXPECT_EQ(q.alt_port_num, 2);
+  EXPECT_EQ(q.alt_timeout, 15);
+  EXPECT_EQ(std::memcmp(q.alt_ah_attr.grh.dgid.raw, g2.raw, 16), 0);
+  EXPECT_EQ(q.port_num, 1);
+  EXPECT_EQ(std::memcmp(q.ah_attr.grh.dgid.raw, g1.raw, 16), 0);
+  // MIGRATED (a forced migration) needs ARMED; REARM -> ARMED is allowed.
+  mig.path_mig_state = IBV_MIG_MIGRATED;
+  EXPECT_EQ(ibv_modify_qp(a, &mig, IBV_QP_PATH_MIG_STATE), EINVAL);
+  mig.path_mig_state = IBV_MIG_ARMED;
+  ASSERT_EQ(ibv_modify_qp(a, &mig, IBV_QP_PATH_MIG_STATE), 0);
+  EXPECT_EQ(Query(a).path_mig_state, IBV_MIG_ARMED);
+  // An armed alternate path cannot be replaced.
+  alt = AltPath(g2, 2, 16);
+  EXPECT_EQ(ibv_modify_qp(a, &alt, IBV_QP_ALT_PATH), EINVAL);
+  // A forced migration swaps the paths, without an event.
+  mig.path_mig_state = IBV_MIG_MIGRATED;
+  ASSERT_EQ(ibv_modify_qp(a, &mig, IBV_QP_PATH_MIG_STATE), 0);
+  q = Query(a);
+  EXPECT_EQ(q.path_mig_state, IBV_MIG_MIGRATED);
+  EXPECT_EQ(q.port_num, 2);
+  EXPECT_EQ(q.timeout, 15);
+  EXPECT_EQ(std::memcmp(q.ah_attr.grh.dgid.raw, g2.raw, 16), 0);
+  EXPECT_EQ(q.alt_port_num, 1);
+  EXPECT_EQ(std::memcmp(q.alt_ah_attr.grh.dgid.raw, g1.raw, 16), 0);
+
+  // UD QPs have no alternate path.
+  ibv_qp_init_attr ud{};
+  ud.send_cq = ud.recv_cq = cq_;
+  ud.qp_type = IBV_QPT_UD;
+  ud.cap = {4, 4, 1, 1, 0};
+  ibv_qp* u = ibv_create_qp(pd_, &ud);
+  ASSERT_NE(u, nullptr);
+  qps_.push_back(u);
+  ibv_qp_attr ua{};
+  ua.qp_state = IBV_QPS_INIT;
+  ua.port_num = 1;
+  ua.qkey = 0x11;
+  ASSERT_EQ(ibv_modify_qp(u, &ua, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+  ua = AltPath(g2, 2, 14);
+  ua.qp_state = IBV_QPS_RTR;
+  EXPECT_EQ(ibv_modify_qp(u, &ua, IBV_QP_STATE | IBV_QP_ALT_PATH), EINVAL);
+}
+
+TEST_F(TwoPortTest, AnArmedPairMigratesWhenPort1GoesDownAndTheTransferCompletes) {
+  ibv_qp* a = CreateRc();
+  ibv_qp* b = CreateRc();
+  ASSERT_TRUE(a && b);
+  ConnectArmed(a, b);
+  constexpr size_t kLen = 16384;
+  constexpr int kWrites = 24;
+  Fill(0, kLen * kWrites, 77);
+  const size_t dst = 1 << 19;
+  for (int i = 0; i < kWrites / 2; ++i) ASSERT_EQ(PostWrite(a, i, i * kLen, dst + i * kLen, kLen), 0);
+  auto first = Poll(1);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].status, IBV_WC_SUCCESS);
+  // Mid-transfer: the path's port goes down.
+  ASSERT_EQ(rdmaemu_set_port_state(ctx_, 1, IBV_PORT_DOWN), 0);
+  for (int i = kWrites / 2; i < kWrites; ++i) {
+    ASSERT_EQ(PostWrite(a, i, i * kLen, dst + i * kLen, kLen), 0);
+  }
+  auto wcs = Poll(kWrites - 1, 15000);
+  ASSERT_EQ(wcs.size(), static_cast<size_t>(kWrites - 1));
+  for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << "wr " << wc.wr_id;
+  EXPECT_EQ(std::memcmp(buf_.data(), buf_.data() + dst, kLen * kWrites), 0);
+  EXPECT_TRUE(WaitForQpEvent(IBV_EVENT_PATH_MIG, a)) << "the requester migrates";
+  EXPECT_TRUE(WaitForQpEvent(IBV_EVENT_PATH_MIG, b)) << "the responder follows";
+  EXPECT_FALSE(Saw(IBV_EVENT_PATH_MIG_ERR, a));
+
+  ibv_gid g1 = Gid(1), g2 = Gid(2);
+  for (ibv_qp* qp : {a, b}) {
+    ibv_qp_attr q = Query(qp);
+    EXPECT_EQ(q.qp_state, IBV_QPS_RTS);
+    EXPECT_EQ(q.path_mig_state, IBV_MIG_MIGRATED);
+    EXPECT_EQ(q.port_num, 2);
+    EXPECT_EQ(q.ah_attr.port_num, 2);
+    EXPECT_EQ(std::memcmp(q.ah_attr.grh.dgid.raw, g2.raw, 16), 0);
+    EXPECT_EQ(q.alt_port_num, 1) << "the old path is kept as the alternate";
+    EXPECT_EQ(std::memcmp(q.alt_ah_attr.grh.dgid.raw, g1.raw, 16), 0);
+  }
+  // The other direction uses the new path too.
+  Fill(0, 3000, 5);
+  ASSERT_EQ(PostWrite(b, 99, 0, dst, 3000), 0);
+  wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(buf_.data(), buf_.data() + dst, 3000), 0);
+}
+
+TEST_F(TwoPortTest, WhenTheAlternatePathIsDownTooThePathMigrationFails) {
+  ibv_qp* a = CreateRc();
+  ibv_qp* b = CreateRc();
+  ASSERT_TRUE(a && b);
+  ConnectArmed(a, b, /*timeout=*/8, /*retry_cnt=*/2);
+  ASSERT_EQ(rdmaemu_set_port_state(ctx_, 2, IBV_PORT_DOWN), 0);
+  ASSERT_EQ(rdmaemu_set_port_state(ctx_, 1, IBV_PORT_DOWN), 0);
+  ASSERT_EQ(PostWrite(a, 5, 0, 4096, 64), 0);
+  auto wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_TRUE(WaitForQpEvent(IBV_EVENT_PATH_MIG_ERR, a));
+  EXPECT_FALSE(Saw(IBV_EVENT_PATH_MIG, a));
+  EXPECT_EQ(Query(a).qp_state, IBV_QPS_ERR);
+}
+
+TEST_F(TwoPortTest, AnAlternatePathThatNeverArmedCannotBeUsed) {
+  ibv_qp* a = CreateRc();
+  ibv_qp* b = CreateRc();
+  ASSERT_TRUE(a && b);
+  ibv_gid g1 = Gid(1), g2 = Gid(2);
+  // a loads an alternate path and rearms; b never does, so its packets carry
+  // MigReq set and a stays in REARM.
+  ASSERT_EQ(ToInit(a, 1), 0);
+  ASSERT_EQ(ToRtr(a, b->qp_num, Av(g1, 1), AltPath(g2, 2, 8), IBV_QP_ALT_PATH), 0);
+  ibv_qp_attr rearm{};
+  rearm.path_mig_state = IBV_MIG_REARM;
+  ASSERT_EQ(ToRts(a, 8, 2, rearm, IBV_QP_PATH_MIG_STATE), 0);
+  ASSERT_EQ(ToInit(b, 1), 0);
+  ASSERT_EQ(ToRtr(b, a->qp_num, Av(g1, 1)), 0);
+  ASSERT_EQ(ToRts(b), 0);
+  ASSERT_EQ(PostWrite(a, 1, 0, 4096, 64), 0);
+  ASSERT_EQ(Poll(1).size(), 1u);
+  EXPECT_EQ(Query(a).path_mig_state, IBV_MIG_REARM);
+  ASSERT_EQ(rdmaemu_set_port_state(ctx_, 1, IBV_PORT_DOWN), 0);
+  ASSERT_EQ(PostWrite(a, 2, 0, 4096, 64), 0);
+  auto wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_TRUE(WaitForQpEvent(IBV_EVENT_PATH_MIG_ERR, a));
+}
+
+}  // namespace
+}  // namespace rdmaemu::testing
