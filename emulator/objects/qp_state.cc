@@ -316,6 +316,7 @@ Status CheckMigration(const QpAttributes& current, const QpAttributes& req, uint
       }
       return Status::Ok();
     case MigState::kArmed:
+      if (now == MigState::kRearm) return Status::Ok();
       return InvalidArgument(fmt::format(
           "IBV_QP_PATH_MIG_STATE: IBV_MIG_ARMED may only follow IBV_MIG_REARM (REARM\u2192ARMED); "
           "the path is {}: load an alternate path with IBV_MIG_REARM first (the QP also arms "
