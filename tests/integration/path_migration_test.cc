@@ -40,6 +40,7 @@ class TwoPortTest : public RcPairTest {
   void TearDown() override {
     // Port state belongs to the device, which the next test may share.
     if (ctx_) {
+      EXPECT_EQ(rdmaemu_fault_clear(ctx_), 0);
       EXPECT_EQ(rdmaemu_set_port_state(ctx_, 1, IBV_PORT_ACTIVE), 0);
       EXPECT_EQ(rdmaemu_set_port_state(ctx_, 2, IBV_PORT_ACTIVE), 0);
     }
@@ -102,6 +103,23 @@ class TwoPortTest : public RcPairTest {
     return false;
   }
 
+  rdmaemu_counters PortCounters(uint8_t port) {
+    rdmaemu_counters c{};
+    c.size = sizeof(c);
+    EXPECT_EQ(rdmaemu_query_counters(ctx_, port, &c), 0) << "port " << int{port};
+    return c;
+  }
+
+  // a on port 2 and b on port 1, connected to each other.
+  void ConnectAcrossPorts(ibv_qp* a, ibv_qp* b) {
+    ASSERT_EQ(ToInit(a, 2), 0);
+    ASSERT_EQ(ToRtr(a, b->qp_num, Av(Gid(1), 2)), 0);
+    ASSERT_EQ(ToRts(a), 0);
+    ASSERT_EQ(ToInit(b, 1), 0);
+    ASSERT_EQ(ToRtr(b, a->qp_num, Av(Gid(2), 1)), 0);
+    ASSERT_EQ(ToRts(b), 0);
+  }
+
   void Fill(size_t at, size_t len, uint8_t seed) {
     for (size_t i = 0; i < len; ++i) buf_[at + i] = static_cast<uint8_t>(seed + i * 13 + (i >> 8));
   }
@@ -128,12 +146,8 @@ TEST_F(TwoPortTest, AnRcQpOnPort2TalksToOneOnPort1) {
   ibv_qp* a = CreateRc();
   ibv_qp* b = CreateRc();
   ASSERT_TRUE(a && b);
-  ASSERT_EQ(ToInit(a, 2), 0);
-  ASSERT_EQ(ToRtr(a, b->qp_num, Av(Gid(1), 2)), 0);
-  ASSERT_EQ(ToRts(a), 0);
-  ASSERT_EQ(ToInit(b, 1), 0);
-  ASSERT_EQ(ToRtr(b, a->qp_num, Av(Gid(2), 1)), 0);
-  ASSERT_EQ(ToRts(b), 0);
+  ConnectAcrossPorts(a, b);
+  const rdmaemu_counters p1 = PortCounters(1), p2 = PortCounters(2);
   Fill(0, 65536, 3);
   ASSERT_EQ(PostWrite(a, 1, 0, 1 << 17, 65536), 0);
   auto wcs = Poll(1);
@@ -149,7 +163,54 @@ TEST_F(TwoPortTest, AnRcQpOnPort2TalksToOneOnPort1) {
   // b accepts only packets from its peer's address, port 2's: a sends from
   // the socket of its port.
   EXPECT_EQ(Query(a).port_num, 2);
+  // Each port counts what crossed its own socket: 64 KiB of writes at a
+  // 1 KiB path MTU went out of port 2 and into port 1 (ACKs back), then
+  // 4000 bytes (4 packets) out of port 1 (ACKed from port 2).
+  const rdmaemu_counters q1 = PortCounters(1), q2 = PortCounters(2);
+  EXPECT_GE(q2.packets_sent - p2.packets_sent, 64u + 1u);
+  EXPECT_GE(q1.packets_sent - p1.packets_sent, 4u + 1u);
+  EXPECT_GE(q1.packets_received - p1.packets_received, 64u);
+  EXPECT_GE(q2.bytes_sent - p2.bytes_sent, 65536u);
+  EXPECT_GE(q1.bytes_received - p1.bytes_received, 65536u);
+  EXPECT_LT(q1.bytes_sent - p1.bytes_sent, 65536u) << "port 1 sent 4000 bytes and ACKs";
+  EXPECT_GE(q1.bytes_sent - p1.bytes_sent, 4000u);
+  EXPECT_GE(q2.packets_received - p2.packets_received, 4u + 1u);
+}
 
+TEST_F(TwoPortTest, FaultRulesForPort2ActOnPort2sTrafficBothWays) {
+  ibv_qp* a = CreateRc();
+  ibv_qp* b = CreateRc();
+  ASSERT_TRUE(a && b);
+  ConnectAcrossPorts(a, b);
+  // A rule for port 1 must not touch a's packets, which leave from port 2.
+  ASSERT_EQ(rdmaemu_fault_add(ctx_, "drop@port=1,op=RDMA_WRITE_ONLY"), 0);
+  // The first packet port 2 sends is corrupted (b drops it for its ICRC on
+  // port 1); the first one port 2 receives (b's ACK of the retransmission)
+  // is lost: a retransmits twice, and b sees a duplicate.
+  ASSERT_EQ(rdmaemu_fault_add(ctx_, "corrupt=#1@port=2"), 0);
+  ASSERT_EQ(rdmaemu_fault_add(ctx_, "drop=#1@port=2,dir=rx"), 0);
+  const rdmaemu_counters p1 = PortCounters(1), p2 = PortCounters(2);
+  Fill(0, 512, 21);
+  ASSERT_EQ(PostWrite(a, 7, 0, 1 << 17, 512), 0);
+  auto wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(buf_.data(), buf_.data() + (1 << 17), 512), 0);
+  const rdmaemu_counters q1 = PortCounters(1), q2 = PortCounters(2);
+  EXPECT_EQ(q1.dropped_icrc - p1.dropped_icrc, 1u) << "the corrupted packet reached port 1";
+  EXPECT_EQ(q2.dropped_icrc - p2.dropped_icrc, 0u);
+  EXPECT_GE(q2.retransmissions - p2.retransmissions, 2u) << "a's retransmissions count on port 2";
+  EXPECT_EQ(q1.retransmissions - p1.retransmissions, 0u);
+  EXPECT_GE(q1.duplicates - p1.duplicates, 1u) << "b received the write again";
+  char list[512];
+  ASSERT_EQ(rdmaemu_fault_list(ctx_, list, sizeof(list)), 0);
+  // The line of port 1's rule: it matched nothing.
+  const std::string rules(list);
+  const size_t at = rules.find("drop@port=1");
+  ASSERT_NE(at, std::string::npos) << rules;
+  const std::string first = rules.substr(at, rules.find('\n', at) - at);
+  EXPECT_NE(first.find("port=1"), std::string::npos) << rules;
+  EXPECT_NE(first.find("(matched 0 packets)"), std::string::npos) << rules;
 }
 
 TEST_F(TwoPortTest, ModifyChecksTheAlternatePathAndTheMigrationState) {

@@ -307,7 +307,7 @@ TEST(FaultInjector, DelayHoldsUntilDueAndJitterStaysInRange) {
 TEST(FaultInjector, PortFilterAndHeldPacketsKeepTheirPort) {
   // Two ports: a rule for port 2 leaves port 1 alone, and a packet held
   // back goes out from (or is delivered as received on) its own port.
-  Harness h("delay=1ms@port=2", {kRate100G, kRate100G});
+  Harness h("delay=1ms@port=2,dir=both", {kRate100G, kRate100G});
   h.Tx(Opcode::RC_SEND_ONLY, 0x100, 1, 0x11, 64, 1);
   h.Tx(Opcode::RC_SEND_ONLY, 0x100, 2, 0x11, 64, 2);
   h.Rx(Opcode::RC_ACKNOWLEDGE, 0x11, 3, 1);
