@@ -5,11 +5,15 @@
 #include <algorithm>
 #include <cstring>
 #include <ctime>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "emulator/base/log.h"
 #include "emulator/control/server.h"
 #include "emulator/device/attributes.h"
 #include "emulator/engine/rss.h"
+#include "emulator/engine/trace.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
 #include "provider/provider.h"
@@ -60,9 +64,24 @@ ibv_context* OwnerOf(const device::AsyncEvent& e) {
   return *reinterpret_cast<ibv_context* const*>(e.handle);
 }
 
+// "qp#17", "cq#2", "srq#1", "wq#5", "port 1" or "" (a device event): what
+// the event's debug line names.
+std::string EventObject(const ibv_async_event& ev) {
+  using T = device::AsyncEventType;
+  switch (static_cast<T>(ev.event_type)) {
+    case T::kCqErr: return fmt::format("cq#{}", ToCq(ev.element.cq)->number);
+    case T::kSrqErr: case T::kSrqLimitReached:
+      return fmt::format("srq#{}", ToSrq(ev.element.srq)->number);
+    case T::kWqFatal: return fmt::format("wq#{}", ev.element.wq->wq_num);
+    case T::kDeviceFatal: return "";
+    default:
+      if (IsObjectEvent(static_cast<T>(ev.event_type))) return fmt::format("qp#{}", ev.element.qp->qp_num);
+      return fmt::format("port {}", ev.element.port_num);
+  }
+}
+
 void Deliver(Context* ctx, const device::AsyncEvent& e) {
   if (IsObjectEvent(e.type) && OwnerOf(e) != &ctx->vctx.context) return;
-  if (g_hooks.async == nullptr) return;
   ibv_async_event ev{};
   ev.event_type = static_cast<ibv_event_type>(e.type);
   using T = device::AsyncEventType;
@@ -83,6 +102,12 @@ void Deliver(Context* ctx, const device::AsyncEvent& e) {
         ev.element.port_num = e.port;
       }
   }
+  if (engine::DebugOn()) {
+    const std::string object = EventObject(ev);
+    Log().debug("{}{}{} event {}", ctx->device->name(), object.empty() ? "" : " ", object,
+                engine::EventName(e.type));
+  }
+  if (g_hooks.async == nullptr) return;
   g_hooks.async(&ctx->vctx.context, ev);
 }
 

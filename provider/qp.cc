@@ -9,6 +9,7 @@
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
 #include "emulator/engine/rss.h"
+#include "emulator/engine/trace.h"
 #include "emulator/objects/qp_state.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
@@ -304,6 +305,10 @@ int PostRecv(ibv_qp* ibv, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       break;
     }
     eqp.rq.push_back(ToRecvWqe(*wr));
+    if (engine::DebugOn()) {
+      Log().debug("{} qp#{} recv WR {} {} bytes", ToContext(ibv->context)->device->name(), eqp.qpn,
+                  wr->wr_id, eqp.rq.back().length);
+    }
     flush = eqp.attrs.state == engine::QpState::kErr;
   }
   if (rc != 0) *bad_wr = wr;
@@ -605,6 +610,10 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
     }
   }
   ibv->state = static_cast<ibv_qp_state>(qp->attrs.state);
+  if (before != qp->attrs.state) {
+    Log().debug("{} qp#{} {}→{} (ibv_modify_qp)", dev.name(), ibv->qp_num, objects::ToString(before),
+                objects::ToString(qp->attrs.state));
+  }
   // Entering SQD lets the engine find the queue drained (and raise
   // SQ_DRAINED); returning to RTS resumes the WQEs posted meanwhile.
   if (qp->attrs.state == objects::QpState::kSqd || qp->attrs.state == objects::QpState::kRts) {
@@ -615,10 +624,6 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
     if (eqp.srq) {
       ctx->device->Raise({device::AsyncEventType::kQpLastWqeReached, eqp.handle, 0});
     }
-  }
-  if (before != qp->attrs.state) {
-    Log().debug("{} qp#{}: {} -> {}", dev.name(), ibv->qp_num, objects::ToString(before),
-                objects::ToString(qp->attrs.state));
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 // Shared receive queues.
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
+#include "emulator/engine/trace.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
 #include "provider/provider.h"
@@ -23,6 +24,10 @@ int PostSrqRecv(ibv_srq* ibv, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       return ENOMEM;
     }
     srq.rq.push_back(ToRecvWqe(*wr));
+    if (engine::DebugOn()) {
+      Log().debug("{} srq#{} recv WR {} {} bytes", ToContext(ibv->context)->device->name(),
+                  ToSrq(ibv)->number, wr->wr_id, srq.rq.back().length);
+    }
   }
   return 0;
 }

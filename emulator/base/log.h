@@ -34,6 +34,21 @@ class RateLimit {
 
 }  // namespace rdmaemu
 
+// Logs at `level` through a function-local RateLimit (10 lines a second per
+// site), for lines a remote peer can cause at any level.
+#define RDMAEMU_LOG_LIMITED(level, ...)                                           \
+  do {                                                                            \
+    if (::rdmaemu::Log().should_log(level)) {                                     \
+      static ::rdmaemu::RateLimit rdmaemu_rl_(10);                                \
+      uint64_t rdmaemu_suppressed_ = 0;                                           \
+      if (rdmaemu_rl_.Allow(&rdmaemu_suppressed_)) {                              \
+        if (rdmaemu_suppressed_)                                                  \
+          ::rdmaemu::Log().log(level, "({} similar lines suppressed)", rdmaemu_suppressed_); \
+        ::rdmaemu::Log().log(level, __VA_ARGS__);                                 \
+      }                                                                           \
+    }                                                                             \
+  } while (0)
+
 // Logs a warning through a function-local RateLimit (10 lines a second per site).
 #define RDMAEMU_WARN_LIMITED(...)                                          \
   do {                                                                     \

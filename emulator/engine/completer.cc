@@ -8,6 +8,7 @@
 #include "emulator/base/log.h"
 #include "emulator/engine/engine.h"
 #include "emulator/engine/internal.h"
+#include "emulator/engine/trace.h"
 #include "emulator/wire/psn.h"
 
 namespace rdmaemu::engine {
@@ -26,19 +27,6 @@ bool IsAtomic(const Inflight& f) {
 }
 // A READ or atomic is done when its response data has all arrived.
 bool ResponseComplete(const Inflight& f) { return (!IsRead(f) && !IsAtomic(f)) || f.done; }
-
-std::string_view StatusText(objects::WcStatus s) {
-  switch (s) {
-    case objects::WcStatus::kRetryExcErr: return "transport retry counter exceeded";
-    case objects::WcStatus::kRnrRetryExcErr: return "RNR retry counter exceeded";
-    case objects::WcStatus::kRemInvReqErr: return "remote invalid request";
-    case objects::WcStatus::kRemAccessErr: return "remote access error";
-    case objects::WcStatus::kRemOpErr: return "remote operational error";
-    case objects::WcStatus::kLocProtErr: return "local protection error";
-    case objects::WcStatus::kBadRespErr: return "bad response";
-    default: return "error";
-  }
-}
 
 }  // namespace
 
@@ -59,7 +47,7 @@ void Engine::CompleteFront(Qp& qp, objects::WcStatus status) {
 
 void Engine::FailQp(Qp& qp, objects::WcStatus status, const std::string& why) {
   Log().warn("{} qp#{} {}→ERR: {} ({})", device_->name(), qp.qpn,
-             qp.attrs.state == QpState::kRts ? "RTS" : "", why, StatusText(status));
+             QpStateName(qp.attrs.state), why, WcStatusName(status));
   if (!qp.inflight.empty()) {
     // The failing WQE completes with the error, signaled or not (IBA 10.8.3.1).
     qp.inflight.front().wqe.signaled = true;
@@ -122,6 +110,11 @@ void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_poin
         if (qp.attrs.rnr_retry != 7) --qp.rnr_retries_left;  // 7 means retry forever
         qp.rnr_waiting = true;
         qp.rnr_until = now + std::chrono::microseconds(kRnrDelayUs[aeth.value() & 31]);
+        RDMAEMU_LOG_LIMITED(spdlog::level::debug,
+                            "{} qp#{}: RNR NAK for psn {}: the peer has no receive posted; "
+                            "resending in {} us ({} RNR retries left)",
+                            device_->name(), qp.qpn, psn, kRnrDelayUs[aeth.value() & 31],
+                            qp.attrs.rnr_retry == 7 ? "unlimited" : fmt::to_string(qp.rnr_retries_left));
         RetransmitFrom(qp, psn, now);
         return;
       }
@@ -136,6 +129,10 @@ void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_poin
               return;
             }
             --qp.retries_left;
+            RDMAEMU_LOG_LIMITED(spdlog::level::debug,
+                                "{} qp#{}: NAK PSN sequence error: the peer lost psn {}; "
+                                "resending from it ({} retries left)",
+                                device_->name(), qp.qpn, psn, qp.retries_left);
             RetransmitFrom(qp, psn, now);
             return;
           case wire::NakCode::kInvalidRequest:
@@ -165,6 +162,10 @@ void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_poin
       if (psn != expected || f.done) {
         if (wire::PsnDiff(psn, expected) > 0) {
           Count(&qp, &Counters::out_of_sequence);
+          RDMAEMU_LOG_LIMITED(spdlog::level::debug,
+                              "{} qp#{}: read response psn {} out of sequence (expected {}): "
+                              "asking again from psn {}",
+                              device_->name(), qp.qpn, psn, expected, f.first_psn);
           RetransmitFrom(qp, f.first_psn, now);
         }
         return;
@@ -217,7 +218,7 @@ void Engine::CheckTimers(Qp& qp, Clock::time_point now) {
     return;
   }
   --qp.retries_left;
-  Log().debug("{} qp#{}: transport timeout, retransmitting from PSN {:#x} ({} retries left)",
+  Log().debug("{} qp#{}: transport timeout, retransmitting from psn {} ({} retries left)",
               device_->name(), qp.qpn, qp.inflight.front().first_psn, qp.retries_left);
   RetransmitFrom(qp, qp.inflight.front().first_psn, now);
 }

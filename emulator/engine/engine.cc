@@ -13,9 +13,10 @@
 #include "emulator/base/log.h"
 #include "emulator/capture/capture.h"
 #include "emulator/engine/internal.h"
+#include "emulator/engine/rss.h"
+#include "emulator/engine/trace.h"
 #include "emulator/fault/parse.h"
 #include "emulator/fault/shaper.h"
-#include "emulator/engine/rss.h"
 #include "emulator/objects/mr.h"
 #include "emulator/wire/icrc.h"
 #include "emulator/wire/psn.h"
@@ -163,6 +164,7 @@ void FlushQp(Qp& qp) {
   std::lock_guard lock(qp.mu);
   std::vector<std::pair<objects::Cq*, objects::Cqe>> cqes;
   FlushLocked(qp, cqes);
+  if (!cqes.empty()) Log().debug("qp#{}: {} work requests flushed (IBV_WC_WR_FLUSH_ERR)", qp.qpn, cqes.size());
   for (auto& [cq, c] : cqes) {
     if (!cq->Push(c)) RDMAEMU_WARN_LIMITED("qp#{}: CQ overrun while flushing", qp.qpn);
   }
@@ -191,7 +193,9 @@ void FlushWq(Wq& wq) {
 }
 
 Engine::Engine(std::shared_ptr<device::Device> device)
-    : device_(std::move(device)), faults_(device_->name(), AutoRates(*device_)) {}
+    : device_(std::move(device)),
+      faults_(device_->name(), AutoRates(*device_)),
+      tracer_(device_->name()) {}
 
 Engine::~Engine() {
   device_->SetFatalHandler(nullptr);
@@ -386,6 +390,11 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather 
     CountOnQp(*qp, &Counters::packets_sent);
     CountOnQp(*qp, &Counters::bytes_sent, *len);
   }
+  if (TraceOn()) {
+    size_t payload_bytes = 0;
+    for (const auto& piece : payload) payload_bytes += piece.size();
+    tracer_.Sent(qp != nullptr ? qp->qpn : 0, fields, payload_bytes, dst_ip);
+  }
   std::span<uint8_t> bytes(packet_.data(), *len);
   if (!faults_.active()) {
     SendNow(port, to, bytes);
@@ -533,6 +542,10 @@ void Engine::EnterError(Qp& qp) {
 }
 
 void Engine::PushCqe(Qp& qp, objects::Cq* cq, const objects::Cqe& cqe) {
+  if (DebugOn()) {
+    Log().debug("{} qp#{} completion WR {} {} {}, {} bytes", device_->name(), qp.qpn, cqe.wr_id,
+                WcOpcodeName(cqe.opcode), WcStatusName(cqe.status), cqe.byte_len);
+  }
   if (cq->Push(cqe)) return;
   RDMAEMU_WARN_LIMITED("qp#{}: CQ overrun: the completion of WR {} is lost; the CQ is in error "
                        "(poll it faster or create it with more entries)",
@@ -637,6 +650,11 @@ void Engine::ExecuteUdSend(Qp& qp, const SendWqe& wqe) {
     complete(s);
     return;
   }
+  if (DebugOn()) {
+    Log().debug("{} qp#{} WR {} {} {} bytes → {} qp#{}", device_->name(), qp.qpn, wqe.wr_id,
+                SendOpName(wqe.op), wqe.length, net::ToString(in_addr{wqe.ud.dst_ip}),
+                wqe.ud.remote_qpn);
+  }
   GatherRange(wqe, 0, wqe.length, scratch_);
   wire::PacketFields f;
   f.opcode = wqe.op == SendOp::kSendWithImm ? wire::Opcode::UD_SEND_ONLY_WITH_IMMEDIATE
@@ -706,19 +724,22 @@ void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
                             ntohs(d.src.sin_port), endpoints_[d.socket].udp_port};
   if (Status s = wire::CheckIcrc(addr, d.data); !s.ok()) {
     CountPort(port, &Counters::dropped_icrc);
-    Log().debug("dropped a packet from {}: {}", net::ToString(d.src), s.message());
+    RDMAEMU_LOG_LIMITED(spdlog::level::debug, "{}: dropped a packet from {}: {}", device_->name(),
+                        net::ToString(d.src), s.message());
     return;
   }
   auto qp = FindQp(packet->dest_qpn());
   if (!qp) {
     CountPort(port, &Counters::dropped_unknown_qpn);
-    Log().debug("dropped a packet for unknown qp#{} from {}", packet->dest_qpn(),
-                net::ToString(d.src));
+    RDMAEMU_LOG_LIMITED(spdlog::level::debug, "{}: dropped a {} for unknown qp#{} from {}",
+                        device_->name(), packet->info().name, packet->dest_qpn(),
+                        net::ToString(d.src));
     return;
   }
   // From here on the packet is the QP's.
   CountOnQp(*qp, &Counters::packets_received);
   CountOnQp(*qp, &Counters::bytes_received, d.data.size());
+  if (TraceOn()) tracer_.Received(qp->qpn, *packet, d.src);
   const wire::Transport t = packet->info().transport;
   const bool type_ok = (t == wire::Transport::kUd && qp->type == QpType::kUd) ||
                        (t == wire::Transport::kRc && qp->type == QpType::kRc) ||
@@ -741,12 +762,17 @@ void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
   if (!AcceptPath(*qp, *packet, d.src.sin_addr.s_addr, port)) {
     CountPort(port, &Counters::dropped_bad_state);
     CountOnQp(*qp, &Counters::dropped_bad_state);
+    RDMAEMU_LOG_LIMITED(spdlog::level::debug,
+                        "{} qp#{}: dropped a {} from {}: not the connected peer on its path",
+                        device_->name(), qp->qpn, packet->info().name, net::ToString(d.src));
     return;
   }
   if (packet->Has(wire::kRequestMask)) {
     if (state != QpState::kRtr && state != QpState::kRts && state != QpState::kSqd &&
         state != QpState::kSqe) {
       Count(qp.get(), &Counters::dropped_bad_state);
+      RDMAEMU_LOG_LIMITED(spdlog::level::debug, "{} qp#{}: dropped a {} request in state {}",
+                          device_->name(), qp->qpn, packet->info().name, QpStateName(state));
       return;
     }
     // The first packet a QP receives in RTR establishes communication.
@@ -759,6 +785,8 @@ void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
   } else {
     if (state != QpState::kRts && state != QpState::kSqd && state != QpState::kSqe) {
       Count(qp.get(), &Counters::dropped_bad_state);
+      RDMAEMU_LOG_LIMITED(spdlog::level::debug, "{} qp#{}: dropped a {} response in state {}",
+                          device_->name(), qp->qpn, packet->info().name, QpStateName(state));
       return;
     }
     if (ForcedError(*qp, *packet)) return;
@@ -785,8 +813,8 @@ void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagr
   if (!PkeyAccepted(qp, packet)) return;
   if (packet.deth().qkey() != qp.attrs.qkey) {
     Count(&qp, &Counters::dropped_qkey);
-    Log().debug("qp#{}: dropped a UD packet with Q_Key {:#x} (QP's is {:#x})", qp.qpn,
-                packet.deth().qkey(), qp.attrs.qkey);
+    RDMAEMU_LOG_LIMITED(spdlog::level::debug, "{} qp#{}: dropped a UD packet with Q_Key {:#x} (QP's is {:#x})",
+                        device_->name(), qp.qpn, packet.deth().qkey(), qp.attrs.qkey);
     return;
   }
   if (qp.rss) {
@@ -814,7 +842,9 @@ void Engine::ReceiveUdRss(Qp& qp, const wire::PacketView& packet, const net::Dat
   std::lock_guard lock(wq.mu);
   if (wq.state != WqState::kRdy) {
     Count(&qp, &Counters::dropped_bad_state);
-    Log().debug("qp#{}: dropped a UD message steered to wq#{}, which is not RDY", qp.qpn, wq.wqn);
+    RDMAEMU_LOG_LIMITED(spdlog::level::debug,
+                        "{} qp#{}: dropped a UD message steered to wq#{}, which is not RDY",
+                        device_->name(), qp.qpn, wq.wqn);
     return;
   }
   if (wq.rq.empty()) {
@@ -869,10 +899,6 @@ fault::PacketMeta ReceivedMeta(const Qp& qp, const wire::PacketView& packet) {
   return meta;
 }
 
-std::string_view StateName(QpState s) {
-  static constexpr std::string_view kNames[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
-  return kNames[static_cast<size_t>(s) % 7];
-}
 
 }  // namespace
 
@@ -880,8 +906,8 @@ bool Engine::ForcedError(Qp& qp, const wire::PacketView& packet) {
   if (!faults_.active()) return false;
   auto forced = faults_.ForcedOnPacket(ReceivedMeta(qp, packet));
   if (!forced) return false;
-  Log().warn("{} qp#{} {}→ERR: forced by the fault rule \"{}\" on a {} (PSN {:#x})",
-             device_->name(), qp.qpn, StateName(qp.attrs.state), forced->rule,
+  Log().warn("{} qp#{} {}→ERR: forced by the fault rule \"{}\" on a {} (psn {})",
+             device_->name(), qp.qpn, QpStateName(qp.attrs.state), forced->rule,
              packet.info().name, packet.psn());
   RaiseQpEvent(qp, device::AsyncEventType::kQpFatal);
   EnterError(qp);
@@ -895,7 +921,7 @@ bool Engine::ForcedResponse(Qp& qp, const wire::PacketView& packet) {
   const uint32_t psn = packet.psn();
   switch (forced->action) {
     case fault::Action::kRnr:
-      Log().debug("{} qp#{}: RNR NAK for PSN {:#x} forced by the fault rule \"{}\"",
+      Log().debug("{} qp#{}: RNR NAK for psn {} forced by the fault rule \"{}\"",
                   device_->name(), qp.qpn, psn, forced->rule);
       Count(&qp, &Counters::rnr_naks_sent);
       SendAck(qp, psn, wire::RnrNakSyndrome(qp.attrs.min_rnr_timer));
@@ -903,7 +929,7 @@ bool Engine::ForcedResponse(Qp& qp, const wire::PacketView& packet) {
     case fault::Action::kNak:
       if (forced->nak == wire::NakCode::kPsnSequenceError) {
         // As for a real gap: the requester goes back to this PSN.
-        Log().debug("{} qp#{}: sequence error NAK for PSN {:#x} forced by the fault rule \"{}\"",
+        Log().debug("{} qp#{}: sequence error NAK for psn {} forced by the fault rule \"{}\"",
                     device_->name(), qp.qpn, psn, forced->rule);
         SendAck(qp, psn, wire::NakSyndrome(wire::NakCode::kPsnSequenceError));
         qp.nak_sent = true;
@@ -913,8 +939,8 @@ bool Engine::ForcedResponse(Qp& qp, const wire::PacketView& packet) {
                      fmt::format("forced by the fault rule \"{}\"", forced->rule));
       return true;
     case fault::Action::kError:
-      Log().warn("{} qp#{} {}→ERR: forced by the fault rule \"{}\" on a {} (PSN {:#x})",
-                 device_->name(), qp.qpn, StateName(qp.attrs.state), forced->rule,
+      Log().warn("{} qp#{} {}→ERR: forced by the fault rule \"{}\" on a {} (psn {})",
+                 device_->name(), qp.qpn, QpStateName(qp.attrs.state), forced->rule,
                  packet.info().name, psn);
       RaiseQpEvent(qp, device::AsyncEventType::kQpFatal);
       EnterError(qp);

@@ -23,9 +23,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "emulator/base/log.h"
 #include "emulator/base/status.h"
 #include "emulator/device/device.h"
 #include "emulator/engine/counters.h"
+#include "emulator/engine/trace.h"
 #include "emulator/engine/qp.h"
 #include "emulator/fault/injector.h"
 #include "emulator/net/loop.h"
@@ -221,6 +223,8 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
 
   std::mutex pending_mu_;
   std::vector<uint32_t> pending_;  // guarded by pending_mu_: QPs rung since the last OnWork
+
+  PacketTracer tracer_;  // per-packet trace lines, rate-limited (trace.h)
 
   // Loop thread only.
   std::set<uint32_t> active_;      // QPs with requests in flight (timers)

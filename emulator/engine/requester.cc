@@ -11,6 +11,7 @@
 #include "emulator/base/log.h"
 #include "emulator/engine/engine.h"
 #include "emulator/engine/internal.h"
+#include "emulator/engine/trace.h"
 #include "emulator/wire/psn.h"
 
 namespace rdmaemu::engine {
@@ -152,6 +153,11 @@ size_t Engine::AdmitWqes(Qp& qp, Clock::time_point now, size_t limit) {
     f.last_psn = wire::PsnAdd(f.first_psn, count - 1);
     f.next_psn = f.first_psn;
     qp.next_send_psn = wire::PsnAdd(f.first_psn, count);
+    if (DebugOn()) {
+      Log().debug("{} qp#{} WR {} {} {} bytes, psn {}..{}{}", device_->name(), qp.qpn, f.wqe.wr_id,
+                  SendOpName(f.wqe.op), f.wqe.length, f.first_psn, f.last_psn,
+                  f.wqe.signaled ? "" : " (unsignaled)");
+    }
     qp.inflight.push_back(std::move(f));
   }
   return admitted;

@@ -9,6 +9,7 @@
 #include "emulator/base/log.h"
 #include "emulator/engine/engine.h"
 #include "emulator/engine/internal.h"
+#include "emulator/engine/trace.h"
 #include "emulator/wire/psn.h"
 
 namespace rdmaemu::engine {
@@ -38,6 +39,8 @@ void Engine::SendAck(Qp& qp, uint32_t psn, uint8_t syndrome) {
 
 void Engine::SendRnrNak(Qp& qp, uint32_t psn) {
   Count(&qp, &Counters::rnr_naks_sent);
+  RDMAEMU_LOG_LIMITED(spdlog::level::debug, "{} qp#{}: no receive posted for psn {}: RNR NAK sent",
+                      device_->name(), qp.qpn, psn);
   SendAck(qp, psn, wire::RnrNakSyndrome(qp.attrs.min_rnr_timer));
   // The RNR NAK sends the requester back to this PSN, so it is this gap's
   // one NAK: the packets pipelined behind it are dropped silently. A
@@ -58,7 +61,7 @@ void Engine::ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std:
     return;
   }
   Log().warn("{} qp#{} {}→ERR (responder): {}; NAK {} sent", device_->name(), qp.qpn,
-             qp.attrs.state == QpState::kRts ? "RTS" : "RTR", why, wire::ToString(code));
+             QpStateName(qp.attrs.state), why, wire::ToString(code));
   SendAck(qp, psn, wire::NakSyndrome(code));
   if (qp.in_send) {
     objects::Cqe c;
@@ -141,6 +144,10 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
     if (d > 0) {
       Count(&qp, &Counters::out_of_sequence);
       if (!qp.nak_sent) {
+        RDMAEMU_LOG_LIMITED(spdlog::level::debug,
+                            "{} qp#{}: psn {} out of sequence (expected {}): NAK PSN sequence "
+                            "error sent",
+                            device_->name(), qp.qpn, psn, qp.epsn);
         SendAck(qp, qp.epsn, wire::NakSyndrome(wire::NakCode::kPsnSequenceError));
         qp.nak_sent = true;
       }
@@ -148,6 +155,9 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
     }
     if (d < 0) {
       Count(&qp, &Counters::duplicates);
+      RDMAEMU_LOG_LIMITED(spdlog::level::debug,
+                          "{} qp#{}: duplicate {} psn {} (expected {}): answered again",
+                          device_->name(), qp.qpn, packet.info().name, psn, qp.epsn);
       if (packet.Has(wire::kReadMask) || packet.Has(wire::kAtomicMask)) {
         for (const ReplayEntry& r : qp.replay) {
           if (wire::PsnDiff(psn, r.psn) < 0 || wire::PsnDiff(psn, r.last_psn) > 0) continue;

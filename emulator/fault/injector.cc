@@ -143,6 +143,36 @@ void Injector::Recompute() {
   active_.store(!rules_.empty() || shaping_on, std::memory_order_relaxed);
 }
 
+void Injector::LogDecision(const PacketMeta& meta, const Verdict& v) {
+  if (!Log().should_log(spdlog::level::debug)) return;
+  uint64_t suppressed = 0;
+  if (!decision_lines_.Allow(&suppressed)) return;
+  if (suppressed > 0) {
+    Log().debug("{}: {} fault decision lines suppressed (more than {} a second)", device_,
+                suppressed, kDecisionLinesPerSecond);
+  }
+  std::string what;
+  auto add = [&](std::string_view s) {
+    if (!what.empty()) what += '+';
+    what += s;
+  };
+  if (v.drop) add("drop");
+  if (v.copies > 1) add(fmt::format("dup x{}", v.copies));
+  if (v.corrupt) add("corrupt");
+  if (v.delay.count() > 0) {
+    add(fmt::format("delay {}us",
+                    std::chrono::duration_cast<std::chrono::microseconds>(v.delay).count()));
+  }
+  if (v.reorder_after > 0) add(fmt::format("reorder after {}", v.reorder_after));
+  if (meta.dir == kTx) {
+    Log().debug("{} qp#{} fault: {} tx {} psn {} → qp#{} (sending #{})", device_, meta.local_qpn,
+                what, wire::OpcodeName(meta.opcode), meta.psn, meta.dst_qpn, v.occurrence + 1);
+  } else {
+    Log().debug("{} qp#{} fault: {} rx {} psn {} (arrival #{})", device_, meta.local_qpn, what,
+                wire::OpcodeName(meta.opcode), meta.psn, v.occurrence + 1);
+  }
+}
+
 bool Injector::Matches(const Filter& f, const PacketMeta& meta) const {
   return (f.dir & meta.dir) != 0 && (!f.device || *f.device == device_) &&
          (!f.port || *f.port == meta.port) && (!f.qpn || *f.qpn == meta.local_qpn) &&
@@ -160,6 +190,7 @@ Injector::Verdict Injector::Decide(const PacketMeta& meta) {
   if (rules_.empty()) return v;
   const PacketId id{meta.dir, meta.dst_qpn, meta.psn, meta.opcode,
                     seen_.Next(meta.dir, meta.dst_qpn, meta.psn, meta.opcode)};
+  v.occurrence = id.occurrence;
   for (size_t i = 0; i < rules_.size(); ++i) {
     Installed& r = rules_[i];
     if (r.forced || !Matches(r.rule.filter, meta)) continue;
@@ -288,6 +319,7 @@ void Injector::Egress(const PacketMeta& meta, std::span<uint8_t> bytes, const so
     std::lock_guard lock(mu_);
     v = Decide(meta);
   }
+  if (v.any()) LogDecision(meta, v);
   if (v.drop) {
     Bump(counters_.dropped);
     return;
@@ -325,6 +357,7 @@ void Injector::Ingress(const PacketMeta& meta, const net::Datagram& d, Clock::ti
     std::lock_guard lock(mu_);
     v = Decide(meta);
   }
+  if (v.any()) LogDecision(meta, v);
   if (v.drop) {
     Bump(counters_.dropped);
     return;

@@ -1,6 +1,12 @@
 // Injector: one device's fault rules and link shaping, applied to the
 // packets its engine sends and receives.
 //
+// At RDMAEMU_LOG=debug each decision that changes a packet is one line:
+//   emu0 qp#17 fault: drop tx RC_SEND_ONLY psn 4660 → qp#18 (sending #1)
+// The decision is a hash of the seed, the rule and the packet's identity
+// (direction, opcode, destination QP, PSN, and how often it was seen), so
+// the same seed and program give the same lines (decide.h).
+//
 // The engine hands every packet to the injector while it is active():
 //   egress   Transmit built the packet -> Egress -> (faults, then shaping)
 //            -> PacketSink::SendNow, now or later from Flush
@@ -29,6 +35,7 @@
 #include <string_view>
 #include <vector>
 
+#include "emulator/base/log.h"
 #include "emulator/base/status.h"
 #include "emulator/fault/decide.h"
 #include "emulator/fault/rule.h"
@@ -134,6 +141,10 @@ class Injector {
     uint64_t corrupt_hash = 0;
     Duration delay{0};
     uint32_t reorder_after = 0;
+    uint32_t occurrence = 0;  // how often this packet was seen before
+    bool any() const {
+      return drop || copies > 1 || corrupt || delay.count() > 0 || reorder_after > 0;
+    }
   };
   struct Held {
     Direction dir = kTx;
@@ -150,6 +161,8 @@ class Injector {
   };
 
   bool Matches(const Filter& f, const PacketMeta& meta) const;
+  // The debug line of a decision that changes a packet (rate-limited).
+  void LogDecision(const PacketMeta& meta, const Verdict& v);
   Verdict Decide(const PacketMeta& meta);  // with mu_ held
   std::optional<Forced> DecideForced(const PacketMeta& meta, bool request);
   void Recompute();  // with mu_ held: active_ and the ports' shaping
@@ -162,6 +175,10 @@ class Injector {
 
   const std::string device_;
   const std::vector<uint64_t> auto_rates_;
+  // Decision lines: one per packet a rule changes, which a peer's flood can
+  // make many (RDMAEMU_LOG=debug).
+  static constexpr uint32_t kDecisionLinesPerSecond = 200;
+  RateLimit decision_lines_{kDecisionLinesPerSecond};
 
   mutable std::mutex mu_;
   uint64_t seed_ = kDefaultSeed;           // guarded by mu_
