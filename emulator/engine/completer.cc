@@ -81,6 +81,7 @@ void Engine::AckUpTo(Qp& qp, uint32_t psn, Clock::time_point now) {
     progress = true;
   }
   if (progress) {
+    qp.nak_retry_pending = false;
     qp.retries_left = qp.attrs.retry_cnt;
     qp.rnr_retries_left = qp.attrs.rnr_retry;
     qp.timeout_at = now + TransportTimeout(qp.attrs.timeout);
@@ -123,12 +124,15 @@ void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_poin
         if (qp.attrs.state == QpState::kErr || qp.inflight.empty()) return;
         switch (static_cast<wire::NakCode>(aeth.value())) {
           case wire::NakCode::kPsnSequenceError:
+            if (qp.nak_retry_pending && psn == qp.nak_retry_psn) return;  // already going back there
             if (qp.retries_left == 0) {
               FailQp(qp, objects::WcStatus::kRetryExcErr,
                      fmt::format("retry count exceeded after {} retries", qp.attrs.retry_cnt));
               return;
             }
             --qp.retries_left;
+            qp.nak_retry_pending = true;
+            qp.nak_retry_psn = psn;
             RDMAEMU_LOG_LIMITED(spdlog::level::debug,
                                 "{} qp#{}: NAK PSN sequence error: the peer lost psn {}; "
                                 "resending from it ({} retries left)",

@@ -154,6 +154,12 @@ struct Qp {
   Clock::time_point timeout_at{};  // valid while inflight is not empty
   Clock::time_point rnr_until{};   // sending paused after an RNR NAK until then
   bool rnr_waiting = false;
+  // The PSN a sequence-error NAK last sent us back to, while no ACK has
+  // moved us past it: the responder NAKs a gap once, so another NAK for the
+  // same PSN is a duplicate (or stale) and must not cost a retry or a
+  // second go-back-N (rxe's started_retry).
+  bool nak_retry_pending = false;
+  uint32_t nak_retry_psn = 0;
 
   bool comm_est = false;         // COMM_EST raised since the QP entered RTR
   // SQD: set by the modify to SQD, cleared by the engine once every started
