@@ -149,6 +149,68 @@ TEST_F(RequesterTest, SequenceNakRetransmitsFromThatPsn) {
   }
 }
 
+// The responder NAKs a gap once (IBA 9.7.5.1.2), so a second sequence NAK
+// for the PSN the requester is already going back to is a duplicate (the
+// network duplicated it, or it was overtaken): it must neither cost a
+// transport retry nor start a second go-back-N. With retry_cnt 1 the first
+// NAK spends the only retry; a duplicate counted as a new one would fail the
+// QP with RETRY_EXC_ERR.
+TEST_F(RequesterTest, DuplicateSequenceNakIsIgnored) {
+  RcParams p;
+  p.retry_cnt = 1;
+  ibv_qp* qp = emu_.ConnectedQp(p);
+  ASSERT_NE(qp, nullptr);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(emu_.PostSend(qp, 1 + i, IBV_WR_SEND, *buf_, i * 100, 100), 0);
+  for (uint32_t psn = 500; psn <= 502; ++psn) EXPECT_EQ(NextRequest().psn, psn);
+  Ack(qp, 501, wire::NakSyndrome(NakCode::kPsnSequenceError));
+  for (uint32_t psn = 501; psn <= 502; ++psn) EXPECT_EQ(NextRequest().psn, psn);
+  // The NAK acknowledged 500.
+  auto first = emu_.Poll();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->wr_id, 1u);
+  EXPECT_EQ(first->status, IBV_WC_SUCCESS);
+  // The same NAK again, twice: nothing is resent and nothing fails.
+  Ack(qp, 501, wire::NakSyndrome(NakCode::kPsnSequenceError));
+  Ack(qp, 501, wire::NakSyndrome(NakCode::kPsnSequenceError));
+  auto rx = peer_->Receive(50ms);
+  EXPECT_FALSE(rx.has_value()) << "a duplicate NAK started another go-back-N from PSN " << rx->psn;
+  EXPECT_TRUE(emu_.PollAll(5ms).empty()) << "a duplicate NAK completed a WR (retries spent?)";
+  EXPECT_EQ(emu_.State(qp), IBV_QPS_RTS);
+  Ack(qp, 502);
+  for (int i = 1; i < 3; ++i) {
+    auto wc = emu_.Poll();
+    ASSERT_TRUE(wc.has_value());
+    EXPECT_EQ(wc->wr_id, 1u + i);
+    EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+  }
+}
+
+// A NAK for a later PSN is a new gap, even right after a go-back-N: 501 was
+// resent and arrived, 502 was lost again.
+TEST_F(RequesterTest, SequenceNakForALaterPsnIsANewGap) {
+  RcParams p;
+  p.retry_cnt = 1;
+  ibv_qp* qp = emu_.ConnectedQp(p);
+  ASSERT_NE(qp, nullptr);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(emu_.PostSend(qp, 1 + i, IBV_WR_SEND, *buf_, i * 100, 100), 0);
+  for (uint32_t psn = 500; psn <= 502; ++psn) EXPECT_EQ(NextRequest().psn, psn);
+  Ack(qp, 501, wire::NakSyndrome(NakCode::kPsnSequenceError));
+  for (uint32_t psn = 501; psn <= 502; ++psn) EXPECT_EQ(NextRequest().psn, psn);
+  Ack(qp, 502, wire::NakSyndrome(NakCode::kPsnSequenceError));
+  EXPECT_EQ(NextRequest().psn, 502u);
+  EXPECT_FALSE(peer_->Receive(50ms).has_value());
+  // The NAK acknowledged 501: two sends complete, the third waits.
+  auto wcs = emu_.PollAll(20ms);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[1].wr_id, 2u);
+  Ack(qp, 502);
+  auto wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->wr_id, 3u);
+  EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+}
+
 TEST_F(RequesterTest, MultiPacketSendIsSegmentedAndRetransmittedFromTheNakedPsn) {
   ibv_qp* qp = emu_.ConnectedQp();
   ASSERT_NE(qp, nullptr);
