@@ -18,12 +18,17 @@ uint16_t EmulatorUdpPort() {
   return static_cast<uint16_t>(std::atoi(v));
 }
 
+uint32_t PeerIpOfThisProcess() {
+  // pid_max is at most 2^22, so the addresses stay below 127.192.0.0.
+  return 0x7f400000u + 2u * static_cast<uint32_t>(getpid());
+}
+
 FakePeer::FakePeer(uint32_t emu_ip, uint16_t port, uint32_t ip)
     : ip_(ip), emu_ip_(emu_ip), port_(port) {
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return;
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  // No SO_REUSEADDR: a second socket on the same address must fail to bind,
+  // not share (and steal) its datagrams.
   int big = 4 << 20;
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
   sockaddr_in a{};

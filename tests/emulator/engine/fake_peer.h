@@ -1,7 +1,7 @@
 // Test helpers for protocol tests of the engine's RC transport.
 //
 // FakePeer is a plain UDP socket on an address the emulator never takes
-// (127.0.9.x, outside the auto range), bound to the emulator's UDP port: it
+// (kPeerIp, outside the auto range), bound to the emulator's UDP port: it
 // crafts RoCEv2 packets with wire::BuildPacket and a correct ICRC for the
 // real addresses, and reads the engine's answers with wire::ParsePacket and
 // wire::CheckIcrc.
@@ -29,8 +29,14 @@ using namespace std::chrono_literals;
 
 // The fake peer's QP number, as the emulator's QPs see it.
 inline constexpr uint32_t kPeerQpn = 0xabcd;
-// 127.0.9.1: on loopback, outside the emulator's auto range (127.0.0.1-127.0.3.255).
-inline constexpr uint32_t kPeerIp = 0x7f000901;
+// 127.64.0.0 + 2 * pid: on loopback, outside the emulator's auto range
+// (127.0.0.1-127.0.3.255), and this process's own. The same test binary may
+// run twice at once (another checkout, a sanitizer build): with one shared
+// address the second peer's bind stole the first one's packets, and a test
+// saw the other process's transmissions as its own early retransmissions.
+// kPeerIp + 1 is this process's too, for a second peer.
+uint32_t PeerIpOfThisProcess();
+inline const uint32_t kPeerIp = PeerIpOfThisProcess();
 
 // One packet the fake peer received, decoded.
 struct RxPacket {
