@@ -56,7 +56,7 @@ void Engine::FailQp(Qp& qp, objects::WcStatus status, const std::string& why) {
   EnterError(qp);
 }
 
-void Engine::AckUpTo(Qp& qp, uint32_t psn, Clock::time_point now) {
+void Engine::AckUpTo(Qp& qp, uint32_t psn) {
   // Never past what was sent: a stray ACK must not open the window.
   bool progress = false;
   if (wire::PsnDiff(psn, qp.last_acked_psn) > 0 &&
@@ -70,11 +70,15 @@ void Engine::AckUpTo(Qp& qp, uint32_t psn, Clock::time_point now) {
       FailQp(qp, static_cast<objects::WcStatus>(f.read_bytes), "a work request failed locally");
       return;
     }
-    if (!f.sent || wire::PsnDiff(psn, f.last_psn) < 0) break;
+    // Up to the newest PSN ever acknowledged, not just this one: an ACK that
+    // came while a READ before it still waited for its response is not sent
+    // again, and the WQEs it covers complete once the READ does.
+    if (!f.sent || wire::PsnDiff(qp.last_acked_psn, f.last_psn) < 0) break;
     if (!ResponseComplete(f)) {
-      // Acknowledged past a READ or atomic whose response never came: the
-      // response was lost; ask again (IBA 9.7.5.1.1).
-      if (IsRead(f) || IsAtomic(f)) RetransmitFrom(qp, f.first_psn, now);
+      // This ACK is past a READ or atomic whose response never came: the
+      // response was lost; ask again (IBA 9.7.5.1.1). (Not when a response
+      // of the READ itself brought us here.)
+      if (wire::PsnDiff(psn, f.last_psn) >= 0) Rerequest(qp, f);
       break;
     }
     CompleteFront(qp, objects::WcStatus::kSuccess);
@@ -82,9 +86,10 @@ void Engine::AckUpTo(Qp& qp, uint32_t psn, Clock::time_point now) {
   }
   if (progress) {
     qp.nak_retry_pending = false;
+    qp.timeouts_in_row = 0;
     qp.retries_left = qp.attrs.retry_cnt;
     qp.rnr_retries_left = qp.attrs.rnr_retry;
-    qp.timeout_at = now + TransportTimeout(qp.attrs.timeout);
+    StartTimer(qp);
   }
 }
 
@@ -97,11 +102,11 @@ void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_poin
     const auto aeth = packet.aeth();
     switch (aeth.type()) {
       case wire::AethType::kAck:
-        AckUpTo(qp, psn, now);
+        AckUpTo(qp, psn);
         return;
       case wire::AethType::kRnrNak: {
         Count(&qp, &Counters::rnr_naks_received);
-        AckUpTo(qp, wire::PsnAdd(psn, -1), now);
+        AckUpTo(qp, wire::PsnAdd(psn, -1));
         if (qp.attrs.state == QpState::kErr || qp.inflight.empty()) return;
         if (qp.rnr_retries_left == 0) {
           FailQp(qp, objects::WcStatus::kRnrRetryExcErr,
@@ -116,11 +121,11 @@ void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_poin
                             "resending in {} us ({} RNR retries left)",
                             device_->name(), qp.qpn, psn, kRnrDelayUs[aeth.value() & 31],
                             qp.attrs.rnr_retry == 7 ? "unlimited" : fmt::to_string(qp.rnr_retries_left));
-        RetransmitFrom(qp, psn, now);
+        RetransmitFrom(qp, psn);
         return;
       }
       case wire::AethType::kNak: {
-        AckUpTo(qp, wire::PsnAdd(psn, -1), now);
+        AckUpTo(qp, wire::PsnAdd(psn, -1));
         if (qp.attrs.state == QpState::kErr || qp.inflight.empty()) return;
         switch (static_cast<wire::NakCode>(aeth.value())) {
           case wire::NakCode::kPsnSequenceError:
@@ -137,7 +142,7 @@ void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_poin
                                 "{} qp#{}: NAK PSN sequence error: the peer lost psn {}; "
                                 "resending from it ({} retries left)",
                                 device_->name(), qp.qpn, psn, qp.retries_left);
-            RetransmitFrom(qp, psn, now);
+            RetransmitFrom(qp, psn);
             return;
           case wire::NakCode::kInvalidRequest:
             FailQp(qp, objects::WcStatus::kRemInvReqErr, "the responder NAKed an invalid request");
@@ -165,17 +170,19 @@ void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_poin
       const uint32_t expected = wire::PsnAdd(f.first_psn, static_cast<int64_t>(f.read_bytes / mtu));
       if (psn != expected || f.done) {
         if (wire::PsnDiff(psn, expected) > 0) {
+          // A response was lost: the rest of this read's stream is out of
+          // sequence too, and asks nothing more once the read is re-requested.
           Count(&qp, &Counters::out_of_sequence);
           RDMAEMU_LOG_LIMITED(spdlog::level::debug,
                               "{} qp#{}: read response psn {} out of sequence (expected {}): "
-                              "asking again from psn {}",
-                              device_->name(), qp.qpn, psn, expected, f.first_psn);
-          RetransmitFrom(qp, f.first_psn, now);
+                              "asking for the READ again",
+                              device_->name(), qp.qpn, psn, expected);
+          Rerequest(qp, f);
         }
         return;
       }
       // A read response acknowledges everything before the read.
-      AckUpTo(qp, wire::PsnAdd(f.first_psn, -1), now);
+      AckUpTo(qp, wire::PsnAdd(f.first_psn, -1));
       if (qp.attrs.state == QpState::kErr) return;
       std::span<const uint8_t> data = packet.payload();
       if (f.read_bytes + data.size() > f.wqe.length ||
@@ -185,10 +192,14 @@ void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_poin
       }
       ScatterRange(f.wqe.sges, f.read_bytes, data);
       f.read_bytes += data.size();
-      qp.timeout_at = now + TransportTimeout(qp.attrs.timeout);
+      // Data in sequence is progress: the gap (if any) is closed.
+      f.rerequested = false;
+      qp.timeouts_in_row = 0;
+      qp.retries_left = qp.attrs.retry_cnt;
+      StartTimer(qp);
       if (packet.Has(wire::kLastMask)) {
         f.done = true;
-        AckUpTo(qp, f.last_psn, now);
+        AckUpTo(qp, f.last_psn);
       }
       return;
     }
@@ -199,12 +210,12 @@ void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_poin
     for (Inflight& f : qp.inflight) {
       if (!IsAtomic(f) || f.first_psn != psn || !f.sent) continue;
       if (f.done) return;  // duplicate
-      AckUpTo(qp, wire::PsnAdd(psn, -1), now);
+      AckUpTo(qp, wire::PsnAdd(psn, -1));
       if (qp.attrs.state == QpState::kErr) return;
       uint64_t orig = packet.atomic_ack_eth().orig_data();
       ScatterRange(f.wqe.sges, 0, std::span<const uint8_t>(reinterpret_cast<uint8_t*>(&orig), 8));
       f.done = true;
-      AckUpTo(qp, psn, now);
+      AckUpTo(qp, psn);
       return;
     }
   }
@@ -222,9 +233,12 @@ void Engine::CheckTimers(Qp& qp, Clock::time_point now) {
     return;
   }
   --qp.retries_left;
+  if (qp.timeouts_in_row < 255) ++qp.timeouts_in_row;
+  // A sequence NAK after our timeout retransmission is a fresh one.
+  qp.nak_retry_pending = false;
   Log().debug("{} qp#{}: transport timeout, retransmitting from psn {} ({} retries left)",
               device_->name(), qp.qpn, qp.inflight.front().first_psn, qp.retries_left);
-  RetransmitFrom(qp, qp.inflight.front().first_psn, now);
+  RetransmitFrom(qp, qp.inflight.front().first_psn);
 }
 
 }  // namespace rdmaemu::engine

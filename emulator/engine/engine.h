@@ -166,9 +166,13 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
   // requester.cc
   void Progress(Qp& qp, Clock::time_point now);
   // Starts at most `limit` posted WQEs; returns how many it started.
-  size_t AdmitWqes(Qp& qp, Clock::time_point now, size_t limit);
+  size_t AdmitWqes(Qp& qp, size_t limit);
   void SendRequest(Qp& qp, Inflight& f, uint32_t psn);
-  void RetransmitFrom(Qp& qp, uint32_t psn, Clock::time_point now);
+  // Go-back-N: every request from `psn` on is sent again.
+  void RetransmitFrom(Qp& qp, uint32_t psn);
+  // Asks again for the response of a READ or atomic whose response was lost,
+  // once per gap.
+  void Rerequest(Qp& qp, Inflight& f);
   // In SQD with nothing started left: clears sq_draining and raises
   // SQ_DRAINED if the QP asked for it.
   void CheckDrained(Qp& qp);
@@ -189,7 +193,7 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
 
   // completer.cc
   void OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_point now);
-  void AckUpTo(Qp& qp, uint32_t psn, Clock::time_point now);
+  void AckUpTo(Qp& qp, uint32_t psn);
   void CompleteFront(Qp& qp, objects::WcStatus status);
   void CheckTimers(Qp& qp, Clock::time_point now);
   // Moves the QP to ERR from the engine (retries exhausted, a NAK, a fatal

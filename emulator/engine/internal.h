@@ -15,6 +15,8 @@ namespace rdmaemu::engine {
 uint64_t NowNs();
 // The retransmission timer for an IBA timeout exponent (requester.cc).
 Clock::duration TransportTimeout(uint8_t timeout);
+// (Re)starts the QP's retransmission timer from the current time (requester.cc).
+void StartTimer(Qp& qp);
 objects::WcOpcode CompletionOpcode(SendOp op);
 // With qp.mu held: takes every WQE out of the QP and appends its flush
 // completion to `out` (to be pushed after).

@@ -85,6 +85,10 @@ struct Inflight {
   uint64_t read_bytes = 0; // read response bytes received
   bool sent = false;       // every request packet has gone out at least once
   bool done = false;       // a READ's or atomic's whole response has arrived
+  // A READ or atomic asked for again because its response has a gap (or was
+  // acknowledged past): further signs of the same gap ask nothing more until
+  // a response arrives in sequence or the timer fires.
+  bool rerequested = false;
 };
 
 // Kept by the responder so that a duplicate READ or atomic is answered
@@ -151,6 +155,10 @@ struct Qp {
   std::deque<Inflight> inflight; // started, not yet completed, in PSN order
   uint8_t retries_left = 0;
   uint8_t rnr_retries_left = 0;
+  // Transport timeouts since the last progress: each doubles the next timer
+  // (StartTimer), so a peer that is merely descheduled is not given up on
+  // after retry_cnt short timers.
+  uint8_t timeouts_in_row = 0;
   Clock::time_point timeout_at{};  // valid while inflight is not empty
   Clock::time_point rnr_until{};   // sending paused after an RNR NAK until then
   bool rnr_waiting = false;

@@ -46,6 +46,20 @@ Clock::duration TransportTimeout(uint8_t timeout) {
   return std::max<Clock::duration>(ns, std::chrono::milliseconds(5));
 }
 
+void StartTimer(Qp& qp) {
+  // Clock::now(), not the caller's `now`: that was read once for a whole
+  // loop pass or datagram batch, and on a loaded machine the engine thread
+  // can be descheduled for milliseconds after reading it, so a timer started
+  // from it expired early (a retransmission 0.8 ms after a post, against a
+  // 5 ms timer). Consecutive timeouts without progress back off, doubling up
+  // to kMaxTimerBackoff: a software peer that is slow because it is not
+  // running is not a lost packet, and retry_cnt short timers in a row can
+  // all expire during one scheduling stall of the peer's process.
+  constexpr uint8_t kMaxTimerBackoff = 5;
+  const auto base = TransportTimeout(qp.attrs.timeout);
+  qp.timeout_at = Clock::now() + base * (1 << std::min(qp.timeouts_in_row, kMaxTimerBackoff));
+}
+
 void Engine::Progress(Qp& qp, Clock::time_point now) {
   // In SQD the requester starts no new WQE but finishes those it started
   // (IBA 10.3.1.3: "drained" once all of them are acknowledged).
@@ -70,9 +84,9 @@ void Engine::Progress(Qp& qp, Clock::time_point now) {
     qp.rnr_waiting = false;
   }
   if (!draining) {
-    AdmitWqes(qp, now, qp.sq.size());
+    AdmitWqes(qp, qp.sq.size());
   } else if (qp.sqd_admit > 0) {
-    qp.sqd_admit -= AdmitWqes(qp, now, qp.sqd_admit);
+    qp.sqd_admit -= AdmitWqes(qp, qp.sqd_admit);
   }
   for (Inflight& f : qp.inflight) {
     if (f.packets == 0) break;  // a WQE that failed locally: nothing after it goes out
@@ -111,7 +125,7 @@ void Engine::CheckDrained(Qp& qp) {
   if (qp.attrs.sqd_notify) RaiseQpEvent(qp, device::AsyncEventType::kSqDrained);
 }
 
-size_t Engine::AdmitWqes(Qp& qp, Clock::time_point now, size_t limit) {
+size_t Engine::AdmitWqes(Qp& qp, size_t limit) {
   const uint32_t mtu = qp.attrs.path_mtu;
   size_t admitted = 0;
   for (; admitted < limit && !qp.sq.empty(); ++admitted) {
@@ -127,7 +141,8 @@ size_t Engine::AdmitWqes(Qp& qp, Clock::time_point now, size_t limit) {
       break;
     }
     if (qp.inflight.empty()) {
-      qp.timeout_at = now + TransportTimeout(qp.attrs.timeout);
+      qp.timeouts_in_row = 0;
+      StartTimer(qp);
       qp.retries_left = qp.attrs.retry_cnt;
       qp.rnr_retries_left = qp.attrs.rnr_retry;
     }
@@ -245,13 +260,27 @@ void Engine::SendRequest(Qp& qp, Inflight& f, uint32_t psn) {
   Transmit(&qp, p, wire::Gather(&payload, 1), qp.attrs.dest_ip);
 }
 
-void Engine::RetransmitFrom(Qp& qp, uint32_t psn, Clock::time_point now) {
+void Engine::RetransmitFrom(Qp& qp, uint32_t psn) {
   for (Inflight& f : qp.inflight) {
     if (f.packets == 0) break;
     if (f.done || wire::PsnDiff(LastRequestPsn(f), psn) < 0) continue;
     f.next_psn = wire::PsnDiff(psn, f.first_psn) > 0 ? psn : f.first_psn;
+    f.rerequested = false;
   }
-  qp.timeout_at = now + TransportTimeout(qp.attrs.timeout);
+  StartTimer(qp);
+  active_.insert(qp.qpn);
+}
+
+void Engine::Rerequest(Qp& qp, Inflight& f) {
+  // Only the READ or atomic itself goes again: the requests after it reached
+  // the responder (its response, not a request, was lost), and a duplicate
+  // READ or atomic is answered from the responder's replay list without
+  // touching its expected PSN (IBA 9.7.5.1.1). Going back N here would resend
+  // every later request of the window as a duplicate.
+  if (f.rerequested || f.done) return;
+  f.rerequested = true;
+  f.next_psn = f.first_psn;
+  StartTimer(qp);
   active_.insert(qp.qpn);
 }
 

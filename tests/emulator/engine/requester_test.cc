@@ -405,5 +405,94 @@ TEST_F(RequesterTest, LostReadResponseIsRequestedAgainForWhatIsMissing) {
                           [](uint8_t c) { return c == 0xc3; }));
 }
 
+// A READ response lost in the middle: the rest of the stream arrives out of
+// sequence. Only the READ is asked for again, from the missing PSN, and only
+// once for the gap: the SEND behind it reached the responder (a response,
+// not a request, was lost), so going back N would resend it as a duplicate,
+// once per out-of-sequence response.
+TEST_F(RequesterTest, ReadResponseGapReRequestsOnlyTheReadOnce) {
+  ibv_qp* qp = emu_.ConnectedQp();
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(emu_.PostSend(qp, 1, IBV_WR_RDMA_READ, *buf_, 4096, 3072, 0x7000, 0x4321), 0);
+  ASSERT_EQ(emu_.PostSend(qp, 2, IBV_WR_SEND, *buf_, 0, 64), 0);
+  EXPECT_EQ(NextRequest().opcode, Opcode::RC_RDMA_READ_REQUEST);
+  RxPacket send = NextRequest();
+  EXPECT_EQ(send.opcode, Opcode::RC_SEND_ONLY);
+  EXPECT_EQ(send.psn, 503u);
+  ASSERT_FALSE(HasFailure());
+
+  std::vector<uint8_t> remote(3072, 0x5a);
+  std::span<const uint8_t> r(remote);
+  wire::PacketFields f;
+  f.bth.dest_qpn = qp->qp_num;
+  f.aeth.syndrome = wire::AckSyndrome();
+  f.opcode = Opcode::RC_RDMA_READ_RESPONSE_FIRST;
+  f.bth.psn = 500;
+  peer_->Send(f, r.subspan(0, 1024));
+  // 501 is lost; 502 and a copy of it arrive out of sequence.
+  f.opcode = Opcode::RC_RDMA_READ_RESPONSE_LAST;
+  f.bth.psn = 502;
+  peer_->Send(f, r.subspan(2048));
+  peer_->Send(f, r.subspan(2048));
+  RxPacket again = NextRequest();
+  EXPECT_EQ(again.opcode, Opcode::RC_RDMA_READ_REQUEST);
+  EXPECT_EQ(again.psn, 501u);
+  EXPECT_EQ(again.reth_va, 0x7000u + 1024);
+  EXPECT_EQ(again.reth_length, 2048u);
+  auto extra = peer_->Receive(50ms);
+  EXPECT_FALSE(extra.has_value()) << "sent again: opcode " << static_cast<int>(extra->opcode)
+                                  << " PSN " << extra->psn;
+
+  // The responder answers the re-request; then the SEND's ACK.
+  f.opcode = Opcode::RC_RDMA_READ_RESPONSE_FIRST;
+  f.bth.psn = 501;
+  peer_->Send(f, r.subspan(1024, 1024));
+  f.opcode = Opcode::RC_RDMA_READ_RESPONSE_LAST;
+  f.bth.psn = 502;
+  peer_->Send(f, r.subspan(2048));
+  Ack(qp, 503);
+  for (uint64_t id = 1; id <= 2; ++id) {
+    auto wc = emu_.Poll();
+    ASSERT_TRUE(wc.has_value());
+    EXPECT_EQ(wc->wr_id, id);
+    EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+  }
+  EXPECT_TRUE(std::all_of(buf_->data.begin() + 4096, buf_->data.begin() + 4096 + 3072,
+                          [](uint8_t c) { return c == 0x5a; }));
+}
+
+// An ACK past a READ whose response never came says the response was lost
+// (IBA 9.7.5.1.1): the READ alone is asked for again, once, however many
+// such ACKs arrive (a responder re-acknowledges every duplicate request).
+TEST_F(RequesterTest, AckPastAnUnansweredReadReRequestsOnlyTheReadOnce) {
+  ibv_qp* qp = emu_.ConnectedQp();
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(emu_.PostSend(qp, 1, IBV_WR_RDMA_READ, *buf_, 4096, 1024, 0x7000, 0x4321), 0);
+  ASSERT_EQ(emu_.PostSend(qp, 2, IBV_WR_SEND, *buf_, 0, 64), 0);
+  EXPECT_EQ(NextRequest().psn, 500u);
+  EXPECT_EQ(NextRequest().psn, 501u);
+  ASSERT_FALSE(HasFailure());
+  for (int i = 0; i < 3; ++i) Ack(qp, 501);
+  RxPacket again = NextRequest();
+  EXPECT_EQ(again.opcode, Opcode::RC_RDMA_READ_REQUEST);
+  EXPECT_EQ(again.psn, 500u);
+  auto extra = peer_->Receive(50ms);
+  EXPECT_FALSE(extra.has_value()) << "sent again: opcode " << static_cast<int>(extra->opcode)
+                                  << " PSN " << extra->psn;
+  std::vector<uint8_t> remote(1024, 0x3c);
+  wire::PacketFields f;
+  f.bth.dest_qpn = qp->qp_num;
+  f.aeth.syndrome = wire::AckSyndrome();
+  f.opcode = Opcode::RC_RDMA_READ_RESPONSE_ONLY;
+  f.bth.psn = 500;
+  peer_->Send(f, remote);
+  for (uint64_t id = 1; id <= 2; ++id) {
+    auto wc = emu_.Poll();
+    ASSERT_TRUE(wc.has_value());
+    EXPECT_EQ(wc->wr_id, id);
+    EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+  }
+}
+
 }  // namespace
 }  // namespace rdmaemu::testing
