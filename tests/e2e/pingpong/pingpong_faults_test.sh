@@ -5,11 +5,16 @@
 # retransmission hides the faults from the programs.
 #   pingpong_faults_test.sh LIBIBVERBS
 # The faults act on the server-to-client direction only (the server's rules
-# on what it sends, the client's on what it receives): the client exits as
-# soon as its last completion arrives, so a lost ACK from it could never be
-# retransmitted and the server would fail with RETRY_EXC_ERR after the
-# client is gone -- on real hardware too. Requests, responses, ACKs and NAKs
-# of that direction all meet the faults.
+# on what it sends, the client's on what it receives), and never lose an
+# ACK: the ACK of each side's last SEND is the last packet of the run, and
+# whoever sends it exits right after, so a lost one could never be answered
+# again and the other side would fail with RETRY_EXC_ERR (on real hardware
+# too; a client failed so once on uring when ACKs were dropped). So the
+# server's SENDs are dropped, duplicated, reordered and corrupted, on the
+# server's way out and again on the client's way in; its ACKs and NAKs are
+# duplicated and reordered on the client's way in (held at most 1 ms, in a
+# process that is still waiting for them). RC under ACK loss is
+# soak_rc_faults_test's job.
 # The debug log proves the faults happened: each run must show a transport
 # timeout (a lost packet) and an ICRC drop (a corrupted one), else the test
 # fails as if RDMAEMU_FAULTS had been ignored.
@@ -23,8 +28,8 @@ trap 'rm -rf "$libdir"' EXIT
 cp "$lib_src" "$libdir/libibverbs.so.1"
 
 faults='drop=0.05,dup=0.02,reorder=0.05,corrupt=0.01'
-server_faults="seed=5;$faults@dir=tx"
-client_faults="seed=5;$faults@dir=rx"
+server_faults="seed=5;$faults@dir=tx,op=SEND"
+client_faults="seed=5;$faults@dir=rx,op=SEND;dup=0.02,reorder=0.05@dir=rx,op=ACK"
 failures=0
 port=$(( 20000 + RANDOM % 20000 ))
 iters=300
@@ -53,7 +58,7 @@ run_pair() {  # program, engine, args...
     echo "FAIL: $program engine=$engine args=$*: passed, but with $timeouts transport timeouts and $icrc ICRC drops: RDMAEMU_FAULTS ignored?"
     failures=$(( failures + 1 ))
   else
-    echo "ok: $program engine=$engine args=$* under $faults (server tx, client rx): $timeouts transport timeouts, $icrc ICRC drops ($(grep 'usec/iter' "$clog" | tail -1))"
+    echo "ok: $program engine=$engine args=$* under $faults (server SENDs; ACKs duplicated and reordered): $timeouts transport timeouts, $icrc ICRC drops ($(grep 'usec/iter' "$clog" | tail -1))"
   fi
 }
 

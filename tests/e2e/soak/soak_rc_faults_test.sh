@@ -3,12 +3,7 @@
 # 1% corruption (issue 5): 100,000 messages of random sizes (SEND, WRITE,
 # READ, atomics), every byte, the order and the count verified, on both
 # engines. The device counters each side prints prove the faults happened.
-#
-# KNOWN FAILURE, hence tagged manual (not in CI): the epoll run passes
-# (100,000 messages in ~9 s), but it takes ~16 retransmitted packets per
-# message (go-back-N resends whole windows), and a uring run failed with
-# RETRY_EXC_ERR on message 65823 (7 transport retries without progress).
-# The requester's recovery under loss needs work before this can gate CI.
+# Numbers (retransmissions, timeouts, time) and what they cost: docs/soak.md.
 source "$(dirname "$0")/soak_lib.sh"
 
 # counter NAME FILE: the value of a counter on a "soak ... counters:" line.
