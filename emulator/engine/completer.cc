@@ -227,7 +227,7 @@ void Engine::CheckTimers(Qp& qp, Clock::time_point now) {
   if (qp.attrs.timeout == 0 || now < qp.timeout_at) return;
   Count(&qp, &Counters::timeouts);
   if (qp.retries_left == 0) {
-    if (MigrateOnRetriesExhausted(qp, now)) return;
+    if (MigrateOnRetriesExhausted(qp)) return;
     FailQp(qp, objects::WcStatus::kRetryExcErr,
            fmt::format("retry count exceeded after {} retries", qp.attrs.retry_cnt));
     return;

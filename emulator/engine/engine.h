@@ -181,11 +181,11 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
   // Moves an ARMED QP to its alternate path and reports PATH_MIG; false if
   // it is not armed or the alternate port is down.
   bool Migrate(Qp& qp, std::string_view why);
-  void MigrateIfPortDown(Qp& qp, Clock::time_point now);
+  void MigrateIfPortDown(Qp& qp);
   // Retries ran out on the current path: migrates (true) or reports
   // PATH_MIG_ERR if the QP had an alternate path (false: the QP then fails).
-  bool MigrateOnRetriesExhausted(Qp& qp, Clock::time_point now);
-  void RestartOnNewPath(Qp& qp, Clock::time_point now);
+  bool MigrateOnRetriesExhausted(Qp& qp);
+  void RestartOnNewPath(Qp& qp);
   // Whether an RC/UC packet from src_ip (network order) arriving on `port`
   // belongs to the QP's path; arms a REARM QP and migrates an ARMED responder
   // as the spec says.

@@ -41,15 +41,15 @@ bool Engine::Migrate(Qp& qp, std::string_view why) {
   return true;
 }
 
-void Engine::MigrateIfPortDown(Qp& qp, Clock::time_point now) {
+void Engine::MigrateIfPortDown(Qp& qp) {
   if (qp.attrs.mig_state != MigState::kArmed || device_->PortUp(qp.attrs.port)) return;
   if (!Migrate(qp, fmt::format("port {} is down", qp.attrs.port))) return;
-  RestartOnNewPath(qp, now);
+  RestartOnNewPath(qp);
 }
 
-bool Engine::MigrateOnRetriesExhausted(Qp& qp, Clock::time_point now) {
+bool Engine::MigrateOnRetriesExhausted(Qp& qp) {
   if (Migrate(qp, fmt::format("{} retries ran out on port {}", qp.attrs.retry_cnt, qp.attrs.port))) {
-    RestartOnNewPath(qp, now);
+    RestartOnNewPath(qp);
     return true;
   }
   if (qp.attrs.alt_port != 0) {
@@ -64,10 +64,11 @@ bool Engine::MigrateOnRetriesExhausted(Qp& qp, Clock::time_point now) {
   return false;
 }
 
-void Engine::RestartOnNewPath(Qp& qp, Clock::time_point now) {
+void Engine::RestartOnNewPath(Qp& qp) {
   qp.retries_left = qp.attrs.retry_cnt;
   if (qp.type == QpType::kRc && !qp.inflight.empty()) {
-    RetransmitFrom(qp, qp.inflight.front().first_psn, now);
+    qp.timeouts_in_row = 0;  // a new path: no backoff carried over
+    RetransmitFrom(qp, qp.inflight.front().first_psn);
   }
 }
 

@@ -75,7 +75,7 @@ void Engine::Progress(Qp& qp, Clock::time_point now) {
     CheckDrained(qp);
     return;
   }
-  MigrateIfPortDown(qp, now);
+  MigrateIfPortDown(qp);
   if (qp.rnr_waiting) {
     if (now < qp.rnr_until) {
       active_.insert(qp.qpn);
