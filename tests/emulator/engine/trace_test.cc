@@ -83,17 +83,21 @@ TEST_F(TraceTest, OneLinePerPacketWorkRequestCompletionStateChangeAndEvent) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const std::string log = ::testing::internal::GetCapturedStderr();
   const std::string q = "emu0 qp#" + std::to_string(qp->qp_num);
+  // The fake peer's address (this process's own, fake_peer.h), as a regex.
+  const std::string peer = std::to_string(kPeerIp >> 24) + "\\." + std::to_string((kPeerIp >> 16) & 0xff) +
+                           "\\." + std::to_string((kPeerIp >> 8) & 0xff) + "\\." +
+                           std::to_string(kPeerIp & 0xff);
   EXPECT_EQ(CountMatches(log, q + " RESET→INIT \\(ibv_modify_qp\\)"), 1) << log;
   EXPECT_EQ(CountMatches(log, q + " INIT→RTR"), 1) << log;
   EXPECT_EQ(CountMatches(log, q + " RTR→RTS"), 1) << log;
   EXPECT_EQ(CountMatches(log, q + " recv WR 41 256 bytes"), 1) << log;
   EXPECT_EQ(CountMatches(log, q + " event COMM_EST"), 1) << log;
-  EXPECT_EQ(CountMatches(log, q + " rx RC_SEND_ONLY psn 100 len 50 ← 127\\.0\\.9\\.1:"), 1) << log;
-  EXPECT_EQ(CountMatches(log, q + " tx RC_ACKNOWLEDGE psn 100 len 0 ACK msn 1 → 127\\.0\\.9\\.1 qp#43981"), 1)
+  EXPECT_EQ(CountMatches(log, q + " rx RC_SEND_ONLY psn 100 len 50 ← " + peer + ":"), 1) << log;
+  EXPECT_EQ(CountMatches(log, q + " tx RC_ACKNOWLEDGE psn 100 len 0 ACK msn 1 → " + peer + " qp#43981"), 1)
       << log;
   EXPECT_EQ(CountMatches(log, q + " completion WR 41 RECV success, 50 bytes"), 1) << log;
   EXPECT_EQ(CountMatches(log, q + " WR 9 SEND 64 bytes, psn 500\\.\\.500"), 1) << log;
-  EXPECT_EQ(CountMatches(log, q + " tx RC_SEND_ONLY psn 500 len 64 → 127\\.0\\.9\\.1 qp#43981"), 1) << log;
+  EXPECT_EQ(CountMatches(log, q + " tx RC_SEND_ONLY psn 500 len 64 → " + peer + " qp#43981"), 1) << log;
   // Every debug and trace line of this run names the device, and those
   // about an object name it too (the socket's line is the port's).
   int object_lines = 0;
