@@ -155,9 +155,9 @@ struct Qp {
   std::deque<Inflight> inflight; // started, not yet completed, in PSN order
   uint8_t retries_left = 0;
   uint8_t rnr_retries_left = 0;
-  // Transport timeouts since the last progress: each doubles the next timer
-  // (StartTimer), so a peer that is merely descheduled is not given up on
-  // after retry_cnt short timers.
+  // Transport timeouts since the last progress: each doubles the software
+  // floor under the next timer (StartTimer), so a peer that is merely
+  // descheduled is not given up on after retry_cnt very short timers.
   uint8_t timeouts_in_row = 0;
   Clock::time_point timeout_at{};  // valid while inflight is not empty
   Clock::time_point rnr_until{};   // sending paused after an RNR NAK until then

@@ -39,11 +39,8 @@ uint32_t LastRequestPsn(const Inflight& f) {
 }  // namespace
 
 Clock::duration TransportTimeout(uint8_t timeout) {
-  // 4.096 us * 2^timeout (IBA 9.7.6.1.3), but never below 5 ms: a software
-  // device on a loaded machine answers far slower than a NIC, and a timer
-  // that fires before the peer's thread has run only causes retransmissions.
-  auto ns = std::chrono::nanoseconds(static_cast<int64_t>(4096.0 * static_cast<double>(uint64_t{1} << timeout)));
-  return std::max<Clock::duration>(ns, std::chrono::milliseconds(5));
+  // 4.096 us * 2^timeout (IBA 9.7.6.1.3).
+  return std::chrono::nanoseconds(static_cast<int64_t>(4096.0 * static_cast<double>(uint64_t{1} << timeout)));
 }
 
 void StartTimer(Qp& qp) {
@@ -51,13 +48,19 @@ void StartTimer(Qp& qp) {
   // loop pass or datagram batch, and on a loaded machine the engine thread
   // can be descheduled for milliseconds after reading it, so a timer started
   // from it expired early (a retransmission 0.8 ms after a post, against a
-  // 5 ms timer). Consecutive timeouts without progress back off, doubling up
-  // to kMaxTimerBackoff: a software peer that is slow because it is not
-  // running is not a lost packet, and retry_cnt short timers in a row can
-  // all expire during one scheduling stall of the peer's process.
-  constexpr uint8_t kMaxTimerBackoff = 5;
-  const auto base = TransportTimeout(qp.attrs.timeout);
-  qp.timeout_at = Clock::now() + base * (1 << std::min(qp.timeouts_in_row, kMaxTimerBackoff));
+  // 5 ms timer).
+  //
+  // The timer is the QP's timeout, as on hardware, but never below a floor
+  // for a software peer: 5 ms, doubling over consecutive timeouts without
+  // progress up to 40 ms. A peer that is slow because its process is not
+  // running has lost nothing, and retry_cnt timers of a few microseconds
+  // all expire in one scheduling stall (7 x 5 ms did on a loaded machine).
+  // The floor only ever raises short timeouts: from timeout 14 (67 ms, the
+  // usual value) up, RETRY_EXC_ERR comes after (retry_cnt + 1) timeouts as
+  // on a NIC.
+  constexpr uint8_t kMaxFloorDoublings = 3;
+  const auto floor = std::chrono::milliseconds(5) * (1 << std::min(qp.timeouts_in_row, kMaxFloorDoublings));
+  qp.timeout_at = Clock::now() + std::max<Clock::duration>(TransportTimeout(qp.attrs.timeout), floor);
 }
 
 void Engine::Progress(Qp& qp, Clock::time_point now) {
