@@ -1,6 +1,7 @@
 // A fixture for integration tests that connect RC QPs of one process to each
-// other through the public verbs API: one context, one PD, one CQ and one
-// registered buffer; helpers to connect, post and wait.
+// other through the public verbs API: the objects of VerbsTest (a 1024-entry
+// CQ, 1 MiB registered for local and remote access, a non-blocking async
+// fd); helpers to connect, post and wait.
 #pragma once
 
 #include <fcntl.h>
@@ -12,43 +13,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "tests/testing/verbs_test.h"
+
 namespace rdmaemu::testing {
 
-class RcPairTest : public ::testing::Test {
+class RcPairTest : public VerbsTest {
  protected:
   void SetUp() override {
-    list_ = ibv_get_device_list(nullptr);
-    ASSERT_NE(list_, nullptr);
-    ASSERT_NE(list_[0], nullptr);
-    ctx_ = ibv_open_device(list_[0]);
-    ASSERT_NE(ctx_, nullptr);
-    pd_ = ibv_alloc_pd(ctx_);
-    cq_ = ibv_create_cq(ctx_, 1024, nullptr, nullptr, 0);
-    ASSERT_TRUE(pd_ && cq_);
-    buf_.assign(1 << 20, 0);
-    mr_ = ibv_reg_mr(pd_, buf_.data(), buf_.size(),
-                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
-    ASSERT_NE(mr_, nullptr);
-    int flags = fcntl(ctx_->async_fd, F_GETFL);
-    fcntl(ctx_->async_fd, F_SETFL, flags | O_NONBLOCK);
-  }
-  void TearDown() override {
-    for (ibv_qp* qp : qps_) EXPECT_EQ(ibv_destroy_qp(qp), 0);
-    if (mr_) {
-      EXPECT_EQ(ibv_dereg_mr(mr_), 0);
-    }
-    if (cq_) {
-      EXPECT_EQ(ibv_destroy_cq(cq_), 0);
-    }
-    if (pd_) {
-      EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
-    }
-    if (ctx_) {
-      EXPECT_EQ(ibv_close_device(ctx_), 0);
-    }
-    if (list_) {
-      ibv_free_device_list(list_);
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        Open(1024, 1 << 20, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ));
+    ASSERT_NO_FATAL_FAILURE(AsyncFdNonBlocking());
   }
 
   ibv_qp* CreateRc(uint32_t max_send_wr = 64) {
@@ -56,9 +30,7 @@ class RcPairTest : public ::testing::Test {
     a.send_cq = a.recv_cq = cq_;
     a.qp_type = IBV_QPT_RC;
     a.cap = {max_send_wr, 64, 2, 2, 0};
-    ibv_qp* qp = ibv_create_qp(pd_, &a);
-    if (qp) qps_.push_back(qp);
-    return qp;
+    return Own(ibv_create_qp(pd_, &a));
   }
 
   ibv_gid Gid(uint8_t port) {
@@ -160,14 +132,6 @@ class RcPairTest : public ::testing::Test {
     EXPECT_EQ(ibv_query_qp(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE, &init), 0);
     return attr;
   }
-
-  ibv_device** list_ = nullptr;
-  ibv_context* ctx_ = nullptr;
-  ibv_pd* pd_ = nullptr;
-  ibv_cq* cq_ = nullptr;
-  ibv_mr* mr_ = nullptr;
-  std::vector<uint8_t> buf_;
-  std::vector<ibv_qp*> qps_;
 };
 
 }  // namespace rdmaemu::testing

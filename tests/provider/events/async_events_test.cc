@@ -11,38 +11,22 @@
 #include <cstring>
 #include <vector>
 
+#include "tests/testing/verbs_test.h"
+
 namespace {
 
-class AsyncEventsTest : public ::testing::Test {
+class AsyncEventsTest : public rdmaemu::testing::VerbsTest {
  protected:
   void SetUp() override {
-    list_ = ibv_get_device_list(nullptr);
-    ASSERT_NE(list_, nullptr);
-    ctx_ = ibv_open_device(list_[0]);
-    ASSERT_NE(ctx_, nullptr);
-    pd_ = ibv_alloc_pd(ctx_);
-    cq_ = ibv_create_cq(ctx_, 256, nullptr, nullptr, 0);
-    ASSERT_TRUE(pd_ && cq_);
-    buf_.assign(1 << 16, 0);
-    mr_ = ibv_reg_mr(pd_, buf_.data(), buf_.size(),
-                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
-    ASSERT_NE(mr_, nullptr);
+    ASSERT_NO_FATAL_FAILURE(
+        Open(256, 1 << 16, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ));
     ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &gid_), 0);
-    int flags = fcntl(ctx_->async_fd, F_GETFL);
-    fcntl(ctx_->async_fd, F_SETFL, flags | O_NONBLOCK);
+    ASSERT_NO_FATAL_FAILURE(AsyncFdNonBlocking());
   }
-  void TearDown() override {
-    for (ibv_qp* qp : qps_) {
-      EXPECT_EQ(ibv_destroy_qp(qp), 0);
-    }
+  void DestroyExtras() override {
     if (srq_) {
       EXPECT_EQ(ibv_destroy_srq(srq_), 0);
     }
-    EXPECT_EQ(ibv_dereg_mr(mr_), 0);
-    EXPECT_EQ(ibv_destroy_cq(cq_), 0);
-    EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
-    EXPECT_EQ(ibv_close_device(ctx_), 0);
-    ibv_free_device_list(list_);
   }
 
   ibv_qp* CreateRc(ibv_cq* cq = nullptr) {
@@ -120,15 +104,8 @@ class AsyncEventsTest : public ::testing::Test {
     return out;
   }
 
-  ibv_device** list_ = nullptr;
-  ibv_context* ctx_ = nullptr;
-  ibv_pd* pd_ = nullptr;
-  ibv_cq* cq_ = nullptr;
-  ibv_mr* mr_ = nullptr;
   ibv_srq* srq_ = nullptr;
   ibv_gid gid_{};
-  std::vector<uint8_t> buf_;
-  std::vector<ibv_qp*> qps_;
 };
 
 TEST_F(AsyncEventsTest, FirstPacketInRtrRaisesCommEst) {

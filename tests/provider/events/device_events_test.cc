@@ -17,38 +17,21 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/verbs_test.h"
+
 #ifndef IBV_EVENT_DEVICE_SPEED_CHANGE
 #define IBV_EVENT_DEVICE_SPEED_CHANGE static_cast<ibv_event_type>(20)
 #endif
 
 namespace {
 
-class DeviceEventsTest : public ::testing::Test {
+class DeviceEventsTest : public rdmaemu::testing::VerbsTest {
  protected:
   static void SetUpTestSuite() {
     // LID records go to a directory of this test only.
     const char* tmp = getenv("TEST_TMPDIR");
     std::string dir = std::string(tmp ? tmp : "/tmp") + "/subnet";
     setenv("RDMAEMU_SUBNET_DIR", dir.c_str(), 1);
-  }
-
-  void TearDown() override {
-    for (ibv_qp* qp : qps_) {
-      EXPECT_EQ(ibv_destroy_qp(qp), 0);
-    }
-    if (mr_) {
-      EXPECT_EQ(ibv_dereg_mr(mr_), 0);
-    }
-    if (cq_) {
-      EXPECT_EQ(ibv_destroy_cq(cq_), 0);
-    }
-    if (pd_) {
-      EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
-    }
-    if (ctx_) {
-      EXPECT_EQ(ibv_close_device(ctx_), 0);
-    }
-    if (list_) ibv_free_device_list(list_);
   }
 
   ibv_device* Find(const char* name) {
@@ -65,15 +48,9 @@ class DeviceEventsTest : public ::testing::Test {
     ASSERT_NE(dev, nullptr) << name;
     ctx_ = ibv_open_device(dev);
     ASSERT_NE(ctx_, nullptr);
-    pd_ = ibv_alloc_pd(ctx_);
-    cq_ = ibv_create_cq(ctx_, 64, nullptr, nullptr, 0);
-    ASSERT_TRUE(pd_ && cq_);
-    buf_.assign(1 << 14, 0);
-    mr_ = ibv_reg_mr(pd_, buf_.data(), buf_.size(),
-                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
-    ASSERT_NE(mr_, nullptr);
-    int flags = fcntl(ctx_->async_fd, F_GETFL);
-    fcntl(ctx_->async_fd, F_SETFL, flags | O_NONBLOCK);
+    ASSERT_NO_FATAL_FAILURE(VerbsTest::Open(
+        64, 1 << 14, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ));
+    ASSERT_NO_FATAL_FAILURE(AsyncFdNonBlocking());
   }
 
   bool NextEvent(ibv_async_event* ev, int ms = 3000) {
@@ -188,13 +165,6 @@ class DeviceEventsTest : public ::testing::Test {
     return out;
   }
 
-  ibv_device** list_ = nullptr;
-  ibv_context* ctx_ = nullptr;
-  ibv_pd* pd_ = nullptr;
-  ibv_cq* cq_ = nullptr;
-  ibv_mr* mr_ = nullptr;
-  std::vector<uint8_t> buf_;
-  std::vector<ibv_qp*> qps_;
 };
 
 TEST_F(DeviceEventsTest, LidChangeReachesTheHandlerAndTheNewLidRoutes) {

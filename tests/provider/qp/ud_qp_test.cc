@@ -9,43 +9,13 @@
 #include <cstring>
 #include <vector>
 
+#include "tests/testing/verbs_test.h"
+
 namespace {
 
-class UdQpTest : public ::testing::Test {
+class UdQpTest : public rdmaemu::testing::VerbsTest {
  protected:
-  void SetUp() override {
-    int n = 0;
-    list_ = ibv_get_device_list(&n);
-    ASSERT_NE(list_, nullptr);
-    ASSERT_GE(n, 1);
-    ctx_ = ibv_open_device(list_[0]);
-    ASSERT_NE(ctx_, nullptr);
-    pd_ = ibv_alloc_pd(ctx_);
-    ASSERT_NE(pd_, nullptr);
-    cq_ = ibv_create_cq(ctx_, 64, nullptr, nullptr, 0);
-    ASSERT_NE(cq_, nullptr);
-    buf_.assign(8192, 0);
-    mr_ = ibv_reg_mr(pd_, buf_.data(), buf_.size(), IBV_ACCESS_LOCAL_WRITE);
-    ASSERT_NE(mr_, nullptr);
-  }
-  void TearDown() override {
-    for (ibv_qp* qp : qps_) {
-      EXPECT_EQ(ibv_destroy_qp(qp), 0);
-    }
-    if (mr_) {
-      EXPECT_EQ(ibv_dereg_mr(mr_), 0);
-    }
-    if (cq_) {
-      EXPECT_EQ(ibv_destroy_cq(cq_), 0);
-    }
-    if (pd_) {
-      EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
-    }
-    if (ctx_) {
-      EXPECT_EQ(ibv_close_device(ctx_), 0);
-    }
-    if (list_) ibv_free_device_list(list_);
-  }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(Open(64, 8192, IBV_ACCESS_LOCAL_WRITE)); }
 
   ibv_qp* CreateQp(ibv_qp_type type, uint32_t wr = 4) {
     ibv_qp_init_attr attr{};
@@ -76,13 +46,6 @@ class UdQpTest : public ::testing::Test {
     return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
   }
 
-  ibv_device** list_ = nullptr;
-  ibv_context* ctx_ = nullptr;
-  ibv_pd* pd_ = nullptr;
-  ibv_cq* cq_ = nullptr;
-  ibv_mr* mr_ = nullptr;
-  std::vector<uint8_t> buf_;
-  std::vector<ibv_qp*> qps_;
 };
 
 TEST_F(UdQpTest, QueryReportsExactCapacities) {

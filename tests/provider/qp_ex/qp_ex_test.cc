@@ -10,6 +10,8 @@
 #include <cstring>
 #include <vector>
 
+#include "tests/testing/verbs_test.h"
+
 namespace {
 
 constexpr uint64_t kRcOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
@@ -19,41 +21,9 @@ constexpr uint64_t kRcOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
 constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                         IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
-class QpExTest : public ::testing::Test {
+class QpExTest : public rdmaemu::testing::VerbsTest {
  protected:
-  void SetUp() override {
-    int n = 0;
-    list_ = ibv_get_device_list(&n);
-    ASSERT_NE(list_, nullptr);
-    ASSERT_GE(n, 1);
-    ctx_ = ibv_open_device(list_[0]);
-    ASSERT_NE(ctx_, nullptr);
-    pd_ = ibv_alloc_pd(ctx_);
-    ASSERT_NE(pd_, nullptr);
-    cq_ = ibv_create_cq(ctx_, 256, nullptr, nullptr, 0);
-    ASSERT_NE(cq_, nullptr);
-    buf_.assign(1 << 16, 0);
-    mr_ = ibv_reg_mr(pd_, buf_.data(), buf_.size(), kAccess);
-    ASSERT_NE(mr_, nullptr);
-  }
-  void TearDown() override {
-    for (ibv_qp* qp : qps_) {
-      EXPECT_EQ(ibv_destroy_qp(qp), 0);
-    }
-    if (mr_) {
-      EXPECT_EQ(ibv_dereg_mr(mr_), 0);
-    }
-    if (cq_) {
-      EXPECT_EQ(ibv_destroy_cq(cq_), 0);
-    }
-    if (pd_) {
-      EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
-    }
-    if (ctx_) {
-      EXPECT_EQ(ibv_close_device(ctx_), 0);
-    }
-    if (list_) ibv_free_device_list(list_);
-  }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(Open(256, 1 << 16, kAccess)); }
 
   ibv_qp* CreateQpEx(ibv_qp_type type, uint64_t ops, uint32_t wr = 16, bool with_ops = true) {
     ibv_qp_init_attr_ex attr{};
@@ -146,13 +116,6 @@ class QpExTest : public ::testing::Test {
   uint8_t* At(size_t offset) { return buf_.data() + offset; }
   uint64_t Addr(size_t offset) { return reinterpret_cast<uintptr_t>(At(offset)); }
 
-  ibv_device** list_ = nullptr;
-  ibv_context* ctx_ = nullptr;
-  ibv_pd* pd_ = nullptr;
-  ibv_cq* cq_ = nullptr;
-  ibv_mr* mr_ = nullptr;
-  std::vector<uint8_t> buf_;
-  std::vector<ibv_qp*> qps_;
 };
 
 TEST_F(QpExTest, QpToQpExIsNullWithoutSendOpsFlags) {
