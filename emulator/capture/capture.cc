@@ -77,6 +77,12 @@ std::string CurrentPath() {
   return Writer() ? Writer()->path() : std::string();
 }
 
+std::optional<Summary> Running() {
+  std::lock_guard lock(Mu());
+  if (!Writer()) return std::nullopt;
+  return Summary{Writer()->path(), Writer()->packets()};
+}
+
 bool FlushIfDue(std::chrono::steady_clock::time_point now) {
   if (!Active()) return false;
   std::lock_guard lock(Mu());

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -38,15 +39,20 @@ Status StartFromEnvironment();
 // the file's errors otherwise.
 Status Start(std::string_view pattern);
 
-struct Stopped {
+// A capture's file and how many packets it has recorded.
+struct Summary {
   std::string path;
   uint64_t packets = 0;
 };
+using Stopped = Summary;
 // Stops the capture, flushing and closing the file. ENOENT if none runs.
 Result<Stopped> Stop();
 
 // The running capture's file, or "" when none runs.
 std::string CurrentPath();
+// The running capture, with the packets recorded so far (buffered ones
+// included); nullopt when none runs.
+std::optional<Summary> Running();
 
 inline bool Active() { return internal::active.load(std::memory_order_relaxed); }
 

@@ -950,10 +950,37 @@ bool Engine::ForcedResponse(Qp& qp, const wire::PacketView& packet) {
   }
 }
 
+namespace {
+
+// The running engines by device index (AcquireEngine, FindEngine).
+struct Engines {
+  std::mutex mu;
+  std::unordered_map<int, std::weak_ptr<Engine>> by_index;  // guarded by mu
+};
+Engines& RunningEngines() {
+  static Engines engines;
+  return engines;
+}
+
+}  // namespace
+
+Result<CounterValues> Engine::qp_counters(uint32_t qpn) {
+  auto qp = FindQp(qpn);
+  if (!qp) return NotFound(fmt::format("{} has no qp {}", device_->name(), qpn));
+  return qp->counters.Snapshot();
+}
+
+std::shared_ptr<Engine> FindEngine(int device_index) {
+  Engines& e = RunningEngines();
+  std::lock_guard lock(e.mu);
+  auto it = e.by_index.find(device_index);
+  return it == e.by_index.end() ? nullptr : it->second.lock();
+}
+
 Result<std::shared_ptr<Engine>> AcquireEngine(int device_index) {
-  static std::mutex mu;
-  static std::unordered_map<int, std::weak_ptr<Engine>> engines;
-  std::lock_guard lock(mu);
+  Engines& running = RunningEngines();
+  std::lock_guard lock(running.mu);
+  auto& engines = running.by_index;
   if (auto e = engines[device_index].lock()) return e;
   auto device = device::Registry::Get().Acquire(device_index);
   if (!device.ok()) return device.status();

@@ -65,6 +65,8 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
   CounterValues counters() const;
   // One port's. EINVAL for a port the device lacks.
   Result<CounterValues> port_counters(int port) const;
+  // One QP's (any thread). ENOENT for a QPN the engine does not have.
+  Result<CounterValues> qp_counters(uint32_t qpn);
   // The device's fault rules and link shaping (rdmaemu.h, the control
   // socket): add, clear, list, and what they did.
   fault::Injector& faults() { return faults_; }
@@ -238,5 +240,8 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
 
 // One engine per open device in the process, shared by its contexts.
 Result<std::shared_ptr<Engine>> AcquireEngine(int device_index);
+// The engine of device `device_index` if one runs, else nullptr; starts
+// nothing (the control plane looks, it does not open devices).
+std::shared_ptr<Engine> FindEngine(int device_index);
 
 }  // namespace rdmaemu::engine
