@@ -32,6 +32,10 @@
 #include "emulator/control/protocol.h"
 #include "emulator/device/device.h"
 
+namespace rdmaemu::engine {
+class Engine;
+}  // namespace rdmaemu::engine
+
 namespace rdmaemu::control {
 
 inline constexpr int kStatusOk = 0;
@@ -61,6 +65,18 @@ Reply FromStatus(std::string_view command, const Status& status);
 
 // The open device called `name` in this process; ENOENT naming the open ones.
 Result<std::shared_ptr<device::Device>> FindDevice(std::string_view name);
+// The engine (transport, fault rules, counters) of an open device; ENOENT
+// when none runs for it (no context of this process opened it).
+Result<std::shared_ptr<engine::Engine>> FindEngine(const device::Device& dev);
+// The open devices that have an engine, in configuration order, each with
+// it; ENOENT when there is none ("no device is open in this process").
+struct Running {
+  std::shared_ptr<device::Device> device;
+  std::shared_ptr<engine::Engine> engine;
+};
+Result<std::vector<Running>> RunningDevices();
+// This process's program name (/proc/self/comm), "?" if unknown.
+std::string ProgramName();
 // A port number of `dev` from a word ("1"); EINVAL naming the valid ones.
 Result<int> ParsePort(const device::Device& dev, std::string_view word);
 // An unsigned number, decimal or 0x-hex, at most `max`; EINVAL otherwise.

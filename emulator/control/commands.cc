@@ -1,19 +1,24 @@
 // The command table and what every handler shares.
 #include <algorithm>
 #include <charconv>
+#include <fstream>
 
 #include <fmt/format.h>
 
 #include "emulator/control/command.h"
+#include "emulator/engine/engine.h"
 
 namespace rdmaemu::control {
 
 // Each is defined in its own <name>_command.cc.
+extern const Command kCaptureCommand;
 extern const Command kDeviceCommand;
 extern const Command kEventCommand;
+extern const Command kFaultCommand;
 extern const Command kGidCommand;
 extern const Command kListCommand;
 extern const Command kPortCommand;
+extern const Command kStatsCommand;
 
 namespace {
 
@@ -24,6 +29,9 @@ const Command* const kTable[] = {
     &kEventCommand,
     &kGidCommand,
     &kDeviceCommand,
+    &kFaultCommand,
+    &kStatsCommand,
+    &kCaptureCommand,
 };
 
 const Command* Find(std::string_view name) {
@@ -85,6 +93,28 @@ Result<std::shared_ptr<device::Device>> FindDevice(std::string_view name) {
   }
   if (names.empty()) return NotFound(fmt::format("no device is open in this process, so not {}", name));
   return NotFound(fmt::format("{} is not open in this process (open: {})", name, fmt::join(names, ", ")));
+}
+
+Result<std::shared_ptr<engine::Engine>> FindEngine(const device::Device& dev) {
+  auto e = engine::FindEngine(dev.index());
+  if (!e) return NotFound(fmt::format("{} has no engine running in this process", dev.name()));
+  return e;
+}
+
+Result<std::vector<Running>> RunningDevices() {
+  std::vector<Running> out;
+  for (auto& d : device::Registry::Get().OpenDevices()) {
+    if (auto e = engine::FindEngine(d->index())) out.push_back({d, std::move(e)});
+  }
+  if (out.empty()) return NotFound("no device is open in this process");
+  return out;
+}
+
+std::string ProgramName() {
+  std::ifstream comm("/proc/self/comm");
+  std::string name;
+  std::getline(comm, name);
+  return name.empty() ? "?" : name;
 }
 
 Result<uint64_t> ParseNumber(std::string_view word, uint64_t max) {

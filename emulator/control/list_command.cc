@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 
 #include <fmt/format.h>
 
@@ -24,13 +23,6 @@ constexpr std::string_view kUsage =
     "  DEV wq WQN (0xWQN) STATE        (a WQ by its wq_num, like a QP)\n"
     "  DEV cq N | DEV srq N\n"
     "The numbers are what `event ... --qp/--cq/--srq/--wq` take.\n";
-
-std::string ProgramName() {
-  std::ifstream comm("/proc/self/comm");
-  std::string name;
-  std::getline(comm, name);
-  return name.empty() ? "?" : name;
-}
 
 Reply ListMain(std::span<const std::string> args) {
   if (!args.empty()) return UsageError(kListCommand, fmt::format("unexpected argument '{}'", args[0]));
