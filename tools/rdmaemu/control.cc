@@ -22,11 +22,35 @@
 namespace rdmaemu::cli {
 namespace {
 
+// What the tool does to a command's words before sending them to
+// `processes` programs; a message is a usage error.
+using Prepare = std::optional<std::string> (*)(std::vector<std::string>& words, size_t processes);
+
 struct Forwarded {
   std::string_view name;
   std::string_view summary;  // one line, for `rdmaemu --help`
   std::string_view usage;    // "Usage: rdmaemu NAME ..." and what the words mean
+  Prepare prepare = nullptr;
 };
+
+// `capture start FILE`: FILE is the tool's, so a relative one is made
+// absolute here (the program's working directory is another). Several
+// programs writing one file would garble it: they need %p in it.
+std::optional<std::string> PrepareCapture(std::vector<std::string>& words, size_t processes) {
+  if (words.size() < 3 || words[1] != "start" || words[2].empty()) return std::nullopt;
+  std::string& file = words[2];
+  if (file[0] != '/') {
+    char cwd[4096];
+    if (::getcwd(cwd, sizeof cwd) == nullptr) return "cannot tell the current directory for '" + file + "'";
+    file = std::string(cwd) + "/" + file;
+  }
+  if (processes > 1 && file.find("%p") == std::string::npos) {
+    return fmt::format("{} programs are running and would all write '{}': give --pid PID, or put %p "
+                       "(the process id) in FILE",
+                       processes, file);
+  }
+  return std::nullopt;
+}
 
 constexpr Forwarded kForwarded[] = {
     {"list", "list the devices, ports and objects (QPs, CQs, ...) of running programs",
@@ -117,7 +141,64 @@ constexpr Forwarded kForwarded[] = {
      "They are per process: use --pid to pick the program.\n"
      "\n"
      "Example: rdmaemu list --pid 4242; rdmaemu event --pid 4242 qp_fatal --qp 17\n"},
+    {"fault", "add, clear or list fault rules (drop, delay, corrupt, ...) of running programs",
+     "Usage: rdmaemu fault [--pid PID] [DEV] add RULES\n"
+     "       rdmaemu fault [--pid PID] [DEV] clear\n"
+     "       rdmaemu fault [--pid PID] [DEV] list\n"
+     "\n"
+     "Adds fault rules to device DEV of running programs, removes them all, or\n"
+     "lists the active ones with how many packets each has matched, one line each\n"
+     "after the device's name (`emu0: no fault rules` when there are none).\n"
+     "Without DEV: every device the program has open (a rule for one device of\n"
+     "several says dev=NAME). `add` prints the device's rules afterwards.\n"
+     "\n"
+     "RULES is the syntax of RDMAEMU_FAULTS (docs/faults.md): drop, dup, corrupt,\n"
+     "reorder, delay, rnr, nak, error, rate, latency and seed, with triggers (0.05,\n"
+     "5%, #3, #3..5) and filters after @ (dir= dev= port= qpn= dst_qpn= op=);\n"
+     "several words are joined with spaces. A rule that does not parse (exit 2) or\n"
+     "does not fit a device (exit 1: a port it lacks) is refused, naming the bad\n"
+     "token, and nothing changes on any device.\n"
+     "\n"
+     "Example: rdmaemu fault --pid 4242 emu0 add 'drop=0.05@op=SEND'\n"
+     "         rdmaemu fault list; rdmaemu fault clear\n",
+     nullptr},
+    {"stats", "counters of the devices, ports and QPs of running programs (--json)",
+     "Usage: rdmaemu stats [--pid PID] [DEV [PORT]] [--qp QPN] [--json]\n"
+     "\n"
+     "Prints the counters of running programs: of each open device (the sum of\n"
+     "its ports) with what its fault rules did (fault_dropped, ...), of port PORT\n"
+     "of device DEV, or of one QP (--qp QPN, decimal or 0x-hex, as `rdmaemu list`\n"
+     "shows it; DEV picks the device when two have that QPN). One `name value`\n"
+     "per line, under a header line naming the process, device and port or QP:\n"
+     "  process 4242 ibv_rc_pingpong device emu0\n"
+     "  packets_sent 2004\n"
+     "  ...\n"
+     "The counters are those of rdmaemu_query_counters (rdmaemu/rdmaemu.h).\n"
+     "\n"
+     "--json prints one JSON object per program instead,\n"
+     "  {\"pid\": N, \"program\": NAME, \"stats\": [{\"device\": DEV, [\"port\": N |\n"
+     "   \"qp\": N,] \"counters\": {...}, [\"faults\": {...}]}, ...]},\n"
+     "and, without --pid, a JSON array of them (one element per program).\n",
+     nullptr},
+    {"capture", "start or stop a pcap capture of every packet of running programs",
+     "Usage: rdmaemu capture [--pid PID] start FILE\n"
+     "       rdmaemu capture [--pid PID] stop\n"
+     "       rdmaemu capture [--pid PID] status\n"
+     "\n"
+     "Starts writing every packet a running program sends and receives, on all\n"
+     "its devices, to the pcap file FILE, as RDMAEMU_PCAP=FILE does from the\n"
+     "start; `tshark -r FILE` decodes each packet's RoCE headers. `%p` in FILE\n"
+     "becomes the program's process id; with several programs and no --pid FILE\n"
+     "must have it. A relative FILE is relative to where rdmaemu runs. `stop`\n"
+     "flushes and closes the file and says how many packets it holds; `status`\n"
+     "says whether and where the program captures and how many packets so far.\n"
+     "Starting while a capture runs (RDMAEMU_PCAP's too) is refused: stop it\n"
+     "first, so that nobody's capture is ended behind their back.\n"
+     "\n"
+     "Example: rdmaemu capture start /tmp/run-%p.pcap; ...; rdmaemu capture stop\n",
+     PrepareCapture},
 };
+
 
 constexpr std::string_view kCommonHelp =
     "\n"
@@ -221,9 +302,18 @@ int ForwardedMain(std::string_view name, std::span<const std::string> args) {
     return kExitFailure;
   }
 
+  if (const Forwarded* f = Find(name); f != nullptr && f->prepare != nullptr) {
+    if (auto problem = f->prepare(words, servers.size())) return UsageError(name, *problem);
+  }
+
   bool usage = false, failed = false;
   int answered = 0;
   const bool several = servers.size() > 1;
+  // --json without --pid: one JSON array of the programs' objects, however
+  // many there are, so that a script always reads the same shape.
+  const bool json_array = !only && std::find(words.begin(), words.end(), "--json") != words.end();
+  int json_items = 0;
+  if (json_array) std::fputs("[\n", stdout);
   for (const auto& s : servers) {
     auto reply = control::Call(s.path, words, std::chrono::seconds(10));
     if (!reply.ok() && reply.status().code() == ECONNREFUSED) {
@@ -244,7 +334,12 @@ int ForwardedMain(std::string_view name, std::span<const std::string> args) {
       failed = true;
       continue;
     }
-    if (!reply->out.empty()) {
+    if (!reply->out.empty() && json_array) {
+      if (json_items++ > 0) std::fputs(",\n", stdout);
+      std::string item = reply->out;
+      while (!item.empty() && item.back() == '\n') item.pop_back();
+      std::fputs(item.c_str(), stdout);
+    } else if (!reply->out.empty()) {
       if (several) std::printf("pid %d:\n", static_cast<int>(s.pid));
       std::fputs(reply->out.c_str(), stdout);
       if (reply->out.back() != '\n') std::fputc('\n', stdout);
@@ -254,6 +349,7 @@ int ForwardedMain(std::string_view name, std::span<const std::string> args) {
     if (reply->status == kExitUsage) usage = true;
     else if (reply->status != kExitOk) failed = true;
   }
+  if (json_array) std::fputs(json_items > 0 ? "\n]\n" : "]\n", stdout);
   if (answered == 0) {
     PrintError(name, fmt::format("no running rdmaemu process found (looked in {})", Joined(dirs)));
     return kExitFailure;
