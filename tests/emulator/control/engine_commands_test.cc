@@ -254,6 +254,19 @@ TEST_F(EngineCommandsTest, StatsOfAPortAndOfAQp) {
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, fmt::format("stats: emu0 has no qp {} (see `list`)\n", *qpn));
   emu1().RemoveQp(*qpn);
+
+  // QPNs are per device: when two have it, DEV says which.
+  constexpr uint32_t kShared = 0xabcde;
+  for (auto& e : engines_) {
+    e->AddQp(std::make_shared<engine::Qp>(kShared, engine::QpType::kUd, 0, nullptr, nullptr, engine::QpCaps{}, 0));
+  }
+  r = Run({"stats", "--qp", "0xabcde"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "stats: qp 0xabcde is on emu0 and emu1: give DEV\n");
+  r = Run({"stats", "emu1", "--qp", "0xabcde"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find(" device emu1 qp 703710 (0x0abcde)\n"), std::string::npos) << r.out;
+  for (auto& e : engines_) e->RemoveQp(kShared);
 }
 
 TEST_F(EngineCommandsTest, StatsJson) {
