@@ -199,7 +199,6 @@ constexpr Forwarded kForwarded[] = {
      PrepareCapture},
 };
 
-
 constexpr std::string_view kCommonHelp =
     "\n"
     "Options:\n"
