@@ -11,6 +11,14 @@
 // crossed its socket, including packets no QP accepted; a device is the sum
 // of its ports.
 //
+// The fault_ counters are what fault rules and link shaping did
+// (docs/faults.md), counted on the packet's port and on its local QP: the
+// sender of a packet sent, the destination of a packet received (when that
+// is a QP of this device). A packet dropped on sending still counts in its
+// QP's packets_sent (it was built) but not in the port's (it never crossed
+// the socket); one dropped on receipt counts in the port's packets_received
+// but never reaches its QP's.
+//
 // Thread safety: Counters are relaxed atomics, bumped on the engine thread
 // and read from any thread; a snapshot is not a transaction.
 #pragma once
@@ -40,7 +48,15 @@
   X(dropped_no_receive, "UD/UC messages dropped: no receive WQE")                             \
   X(dropped_port_down, "packets dropped: the port is down")                                 \
   X(dropped_device_dead, "packets dropped: the device had a fatal error")                    \
-  X(dropped_no_route, "packets dropped: their DLID belongs to no port of the subnet")
+  X(dropped_no_route, "packets dropped: their DLID belongs to no port of the subnet")        \
+  X(fault_dropped, "packets dropped by a fault rule (drop)")                                  \
+  X(fault_duplicated, "extra copies of packets made by a fault rule (dup)")                   \
+  X(fault_corrupted, "packets corrupted by a fault rule (corrupt)")                           \
+  X(fault_delayed, "packets held back by a fault rule (delay)")                               \
+  X(fault_reordered, "packets held back by a fault rule until later ones passed (reorder)")  \
+  X(fault_forced, "RNR NAKs, NAKs and QP errors forced by a fault rule (rnr, nak, error)")    \
+  X(fault_shaped, "packets that waited for a shaped link (rate, latency)")                    \
+  X(fault_overflows, "packets dropped: a fault or shaping hold queue was full")
 
 namespace rdmaemu::engine {
 

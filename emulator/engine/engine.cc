@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -418,6 +419,21 @@ void Engine::SendNow(uint8_t port, const sockaddr_in& to, std::span<const uint8_
 }
 
 void Engine::Deliver(const net::Datagram& datagram) { ReceiveDatagram(datagram, Clock::now()); }
+
+void Engine::Counted(fault::FaultEvent what, uint8_t port, uint32_t local_qpn, uint64_t n) {
+  // The counter of each fault::FaultEvent, in the enum's order.
+  static constexpr std::atomic<uint64_t> Counters::*kCounter[] = {
+      &Counters::fault_dropped,   &Counters::fault_duplicated, &Counters::fault_corrupted,
+      &Counters::fault_delayed,   &Counters::fault_reordered,  &Counters::fault_shaped,
+      &Counters::fault_overflows};
+  static_assert(std::size(kCounter) == static_cast<size_t>(fault::FaultEvent::kOverflow) + 1);
+  const auto c = kCounter[static_cast<size_t>(what)];
+  if (port >= 1 && port <= endpoints_.size()) CountPort(port, c, n);
+  // A received packet's local QP is the BTH's destination, which may be no
+  // QP of ours (no QP has number 0).
+  if (local_qpn == 0) return;
+  if (auto qp = FindQp(local_qpn)) CountOnQp(*qp, c, n);
+}
 
 void Engine::SendDatagram(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes) {
   const Endpoint& from = endpoints_[port - 1];
@@ -906,6 +922,7 @@ bool Engine::ForcedError(Qp& qp, const wire::PacketView& packet) {
   if (!faults_.active()) return false;
   auto forced = faults_.ForcedOnPacket(ReceivedMeta(qp, packet));
   if (!forced) return false;
+  Count(&qp, &Counters::fault_forced);
   Log().warn("{} qp#{} {}→ERR: forced by the fault rule \"{}\" on a {} (psn {})",
              device_->name(), qp.qpn, QpStateName(qp.attrs.state), forced->rule,
              packet.info().name, packet.psn());
@@ -918,6 +935,7 @@ bool Engine::ForcedResponse(Qp& qp, const wire::PacketView& packet) {
   if (!faults_.active()) return false;
   auto forced = faults_.ForcedOnRequest(ReceivedMeta(qp, packet));
   if (!forced) return false;
+  Count(&qp, &Counters::fault_forced);
   const uint32_t psn = packet.psn();
   switch (forced->action) {
     case fault::Action::kRnr:

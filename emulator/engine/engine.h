@@ -110,6 +110,9 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
   // port is the one whose socket received it: datagram.socket + 1).
   void SendNow(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes) override;
   void Deliver(const net::Datagram& datagram) override;
+  // Counts what a fault rule did (a fault_ counter) on the packet's port and
+  // on its local QP when that is one of this engine's.
+  void Counted(fault::FaultEvent what, uint8_t port, uint32_t local_qpn, uint64_t n) override;
   void ReceiveDatagram(const net::Datagram& datagram, Clock::time_point now);
   // Forced protocol events (fault rules rnr, nak, error); qp.mu held.
   // ForcedError: true if an `error` rule moved the QP to ERR on this packet.

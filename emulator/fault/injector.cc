@@ -1,6 +1,7 @@
 #include "emulator/fault/injector.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -256,10 +257,21 @@ std::optional<Forced> Injector::ForcedOnRequest(const PacketMeta& meta) {
   return DecideForced(meta, true);
 }
 
-void Injector::Hold(Held&& h, Clock::time_point at) {
+void Injector::Note(FaultEvent what, uint8_t port, uint32_t local_qpn, PacketSink& sink,
+                    uint64_t n) {
+  // The device-wide counter of each FaultEvent, in the enum's order.
+  static constexpr std::atomic<uint64_t> Counters::*kDevice[] = {
+      &Counters::dropped,   &Counters::duplicated, &Counters::corrupted, &Counters::delayed,
+      &Counters::reordered, &Counters::shaped,     &Counters::overflows};
+  static_assert(std::size(kDevice) == static_cast<size_t>(FaultEvent::kOverflow) + 1);
+  Bump(counters_.*kDevice[static_cast<size_t>(what)], n);
+  sink.Counted(what, port, local_qpn, n);
+}
+
+void Injector::Hold(Held&& h, Clock::time_point at, PacketSink& sink) {
   const Direction dir = h.dir;
   if (held_count_[dir] >= kMaxHeld) {
-    Bump(counters_.overflows);
+    Note(FaultEvent::kOverflow, h.port, h.local_qpn, sink);
     return;
   }
   const HeldKey key{at, next_seq_++};
@@ -284,10 +296,10 @@ void Injector::Pass(Held&& h, Clock::time_point now, PacketSink& sink) {
       const Clock::time_point at = ps.shaper.Schedule(now, h.bytes.size());
       if (!ps.queue.empty() || at > now + kShaperBurst) {
         if (ps.queue.size() >= kMaxHeld) {
-          Bump(counters_.overflows);
+          Note(FaultEvent::kOverflow, h.port, h.local_qpn, sink);
           return;
         }
-        Bump(counters_.shaped);
+        Note(FaultEvent::kShaped, h.port, h.local_qpn, sink);
         ps.queue.emplace_back(at, std::move(h));
         return;
       }
@@ -321,30 +333,33 @@ void Injector::Egress(const PacketMeta& meta, std::span<uint8_t> bytes, const so
   }
   if (v.any()) LogDecision(meta, v);
   if (v.drop) {
-    Bump(counters_.dropped);
+    Note(FaultEvent::kDropped, meta.port, meta.local_qpn, sink);
     return;
   }
   if (v.corrupt) {
     CorruptPacket(bytes, v.corrupt_hash);
-    Bump(counters_.corrupted);
+    Note(FaultEvent::kCorrupted, meta.port, meta.local_qpn, sink);
   }
-  if (v.copies > 1) Bump(counters_.duplicated, v.copies - 1);
+  if (v.copies > 1) Note(FaultEvent::kDuplicated, meta.port, meta.local_qpn, sink, v.copies - 1);
   const bool held = v.delay.count() > 0 || v.reorder_after > 0;
   for (uint32_t i = 0; i < v.copies; ++i) {
     Held h;
     h.dir = kTx;
     h.port = meta.port;
+    h.local_qpn = meta.local_qpn;
     h.peer = to;
     h.bytes.assign(bytes.begin(), bytes.end());
     if (held) {
       h.after_packets = v.reorder_after;
-      Hold(std::move(h), now + v.delay + (v.reorder_after > 0 ? kReorderMaxHold : Duration(0)));
+      Hold(std::move(h), now + v.delay + (v.reorder_after > 0 ? kReorderMaxHold : Duration(0)),
+           sink);
     } else {
       Pass(std::move(h), now, sink);
     }
   }
   if (held) {
-    Bump(v.reorder_after > 0 ? counters_.reordered : counters_.delayed);
+    Note(v.reorder_after > 0 ? FaultEvent::kReordered : FaultEvent::kDelayed, meta.port,
+         meta.local_qpn, sink);
   } else {
     CountPassing(kTx, now, sink);
   }
@@ -359,7 +374,7 @@ void Injector::Ingress(const PacketMeta& meta, const net::Datagram& d, Clock::ti
   }
   if (v.any()) LogDecision(meta, v);
   if (v.drop) {
-    Bump(counters_.dropped);
+    Note(FaultEvent::kDropped, meta.port, meta.local_qpn, sink);
     return;
   }
   net::Datagram datagram = d;
@@ -368,26 +383,29 @@ void Injector::Ingress(const PacketMeta& meta, const net::Datagram& d, Clock::ti
     copy.assign(d.data.begin(), d.data.end());
     CorruptPacket(copy, v.corrupt_hash);
     datagram.data = copy;
-    Bump(counters_.corrupted);
+    Note(FaultEvent::kCorrupted, meta.port, meta.local_qpn, sink);
   }
-  if (v.copies > 1) Bump(counters_.duplicated, v.copies - 1);
+  if (v.copies > 1) Note(FaultEvent::kDuplicated, meta.port, meta.local_qpn, sink, v.copies - 1);
   const bool held = v.delay.count() > 0 || v.reorder_after > 0;
   for (uint32_t i = 0; i < v.copies; ++i) {
     if (held) {
       Held h;
       h.dir = kRx;
       h.port = meta.port;
+      h.local_qpn = meta.local_qpn;
       h.peer = datagram.src;
       h.dst = datagram.dst;
       h.bytes.assign(datagram.data.begin(), datagram.data.end());
       h.after_packets = v.reorder_after;
-      Hold(std::move(h), now + v.delay + (v.reorder_after > 0 ? kReorderMaxHold : Duration(0)));
+      Hold(std::move(h), now + v.delay + (v.reorder_after > 0 ? kReorderMaxHold : Duration(0)),
+           sink);
     } else {
       sink.Deliver(datagram);
     }
   }
   if (held) {
-    Bump(v.reorder_after > 0 ? counters_.reordered : counters_.delayed);
+    Note(v.reorder_after > 0 ? FaultEvent::kReordered : FaultEvent::kDelayed, meta.port,
+         meta.local_qpn, sink);
   } else {
     CountPassing(kRx, now, sink);
   }

@@ -17,6 +17,11 @@
 // idle engine still sleeps. Forced protocol events are asked for by the
 // engine where they act (ForcedOnPacket, ForcedOnRequest).
 //
+// What the rules did is counted twice: device-wide here (counters()), and
+// per port and QP by the engine, to which each decision is reported as it
+// is taken (PacketSink::Counted) with the packet's port and local QP: the
+// injector knows packets, the engine knows which QPs are its own.
+//
 // Thread safety: Add, Clear, List, active and counters from any thread;
 // everything else on the engine's loop thread.
 #pragma once
@@ -68,6 +73,17 @@ struct FaultCounters {
   uint64_t overflows = 0;    // packets dropped because a hold queue was full
 };
 
+// What the injector did to a packet, as reported to PacketSink::Counted.
+enum class FaultEvent : uint8_t {
+  kDropped,     // drop
+  kDuplicated,  // one extra copy made by dup
+  kCorrupted,   // corrupt
+  kDelayed,     // held by delay
+  kReordered,   // held back by reorder
+  kShaped,      // waited for the link (rate, latency)
+  kOverflow,    // dropped: a hold queue was full
+};
+
 // A forced protocol event for the engine to carry out.
 struct Forced {
   Action action = Action::kRnr;
@@ -83,6 +99,11 @@ class PacketSink {
   virtual void SendNow(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes) = 0;
   // Processes a received datagram.
   virtual void Deliver(const net::Datagram& datagram) = 0;
+  // The injector did `what` to `n` packets of port `port` whose local QP
+  // (PacketMeta::local_qpn: the sender of a packet sent, the destination of
+  // one received; 0 for none) is `local_qpn`. Called as it decides; `port`
+  // and `local_qpn` are as the engine gave them and may name nothing.
+  virtual void Counted(FaultEvent what, uint8_t port, uint32_t local_qpn, uint64_t n) = 0;
 };
 
 class Injector {
@@ -149,6 +170,7 @@ class Injector {
   struct Held {
     Direction dir = kTx;
     uint8_t port = 1;
+    uint32_t local_qpn = 0;  // PacketMeta::local_qpn, for what happens to it later
     sockaddr_in peer{};  // tx: destination; rx: source
     in_addr dst{};       // rx: the destination address
     std::vector<uint8_t> bytes;
@@ -169,7 +191,9 @@ class Injector {
   // A packet past the faults: tx to the shaper (or wire), rx delivered.
   void Pass(Held&& h, Clock::time_point now, PacketSink& sink);
   void PassNow(const Held& h, PacketSink& sink);
-  void Hold(Held&& h, Clock::time_point at);
+  void Hold(Held&& h, Clock::time_point at, PacketSink& sink);
+  // Counts `what` on the device and reports it to the sink.
+  void Note(FaultEvent what, uint8_t port, uint32_t local_qpn, PacketSink& sink, uint64_t n = 1);
   // A packet went through in `dir`: counts down the reordered ones.
   void CountPassing(Direction dir, Clock::time_point now, PacketSink& sink);
 

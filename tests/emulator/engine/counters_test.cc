@@ -1,13 +1,18 @@
 // Counters per device, port and QP (issue 5, item 6), read through the C
 // API in rdmaemu/rdmaemu.h while a fake peer sends the engine exactly known
 // packets: packets and bytes each way, drops, RNR NAKs, duplicates,
-// out-of-sequence requests, rkey violations, timeouts and retransmissions.
+// out-of-sequence requests, rkey violations, timeouts and retransmissions;
+// and what fault rules did, between two QPs of the device, on the QP each
+// rule hit. Built twice, once per engine backend.
 #include <gtest/gtest.h>
 
 #include <cstddef>
 #include <cstring>
+#include <string>
 #include <thread>
+#include <tuple>
 
+#include "emulator/engine/engine.h"
 #include "rdmaemu/rdmaemu.h"
 #include "tests/emulator/engine/fake_peer.h"
 
@@ -182,6 +187,146 @@ TEST_F(CountersTest, DeviceIsTheSumOfPortsAndSizeIsHonoured) {
   EXPECT_EQ(old.reserved, 0u);
   EXPECT_NE(old.packets_sent, 0xeeeeeeeeeeeeeeeeull);
   EXPECT_EQ(old.packets_received, 0xeeeeeeeeeeeeeeeeull) << "nothing past `size` is written";
+}
+
+// Fault rules (docs/faults.md) on a real transfer between two QPs of the
+// device, each rule picking one packet of one QP by a count trigger: however
+// the retransmissions they cause interleave, each rule fires exactly once.
+class FaultCountersTest : public CountersTest {
+ protected:
+  void SetUp() override {
+    CountersTest::SetUp();
+    ASSERT_FALSE(HasFatalFailure());
+    engine_ = engine::AcquireEngine(0).value();
+    ASSERT_EQ(rdmaemu_fault_clear(emu_.ctx()), 0);
+    RcParams p;
+    p.timeout = 1;  // the engine's floor, 5 ms: a lost last packet costs little
+    p.min_rnr_timer = 1;
+    std::tie(a_, b_) = emu_.ConnectedPair(p);
+    ASSERT_NE(a_, nullptr);
+    data_ = emu_.Register(256 * 1024, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    ASSERT_NE(data_, nullptr);
+  }
+  void TearDown() override {
+    if (emu_.ok()) rdmaemu_fault_clear(emu_.ctx());
+  }
+  void AddFaults(const std::string& rules) {
+    ASSERT_EQ(rdmaemu_fault_add(emu_.ctx(), rules.c_str()), 0) << rules;
+  }
+  std::string Qpn(ibv_qp* qp) { return std::to_string(qp->qp_num); }
+
+  // `n` SENDs of 64 bytes from a_ to b_, every one delivered once and in
+  // order, every completion a success.
+  void Transfer(int n) {
+    for (int i = 0; i < n; ++i) ASSERT_EQ(emu_.PostRecv(b_, 100 + i, *data_, 8192 + i * 64, 64), 0);
+    for (int i = 0; i < n; ++i) ASSERT_EQ(emu_.PostSend(a_, i, IBV_WR_SEND, *data_, i * 64, 64), 0);
+    int sends = 0, recvs = 0;
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while ((sends < n || recvs < n) && std::chrono::steady_clock::now() < deadline) {
+      for (const ibv_wc& wc : emu_.PollAll(10ms)) {
+        ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+        if (wc.opcode == IBV_WC_RECV) {
+          EXPECT_EQ(wc.wr_id, 100u + recvs++);
+        } else {
+          EXPECT_EQ(wc.wr_id, static_cast<uint64_t>(sends++));
+        }
+      }
+    }
+    ASSERT_EQ(sends, n);
+    ASSERT_EQ(recvs, n);
+  }
+
+  std::shared_ptr<engine::Engine> engine_;
+  EmuRc::Buffer* data_ = nullptr;
+  ibv_qp* a_ = nullptr;  // the requester
+  ibv_qp* b_ = nullptr;  // the responder
+};
+
+// The fault_ counters of c, for comparing whole sets.
+struct FaultCounts {
+  uint64_t dropped, duplicated, corrupted, delayed, reordered, forced, shaped, overflows;
+  bool operator==(const FaultCounts&) const = default;
+  friend std::ostream& operator<<(std::ostream& os, const FaultCounts& f) {
+    return os << "{dropped " << f.dropped << ", duplicated " << f.duplicated << ", corrupted "
+              << f.corrupted << ", delayed " << f.delayed << ", reordered " << f.reordered
+              << ", forced " << f.forced << ", shaped " << f.shaped << ", overflows "
+              << f.overflows << "}";
+  }
+};
+
+FaultCounts FaultsOf(const rdmaemu_counters& c) {
+  return {c.fault_dropped, c.fault_duplicated, c.fault_corrupted, c.fault_delayed,
+          c.fault_reordered, c.fault_forced, c.fault_shaped, c.fault_overflows};
+}
+
+FaultCounts operator-(const FaultCounts& x, const FaultCounts& y) {
+  return {x.dropped - y.dropped,     x.duplicated - y.duplicated, x.corrupted - y.corrupted,
+          x.delayed - y.delayed,     x.reordered - y.reordered,   x.forced - y.forced,
+          x.shaped - y.shaped,       x.overflows - y.overflows};
+}
+
+TEST_F(FaultCountersTest, PacketFaultsCountOnThePortAndOnTheQpTheyHit) {
+  const FaultCounts port0 = FaultsOf(Port(emu_.ctx(), 1));
+  const FaultCounts dev0 = FaultsOf(Port(emu_.ctx(), 0));
+  const fault::FaultCounters inj0 = engine_->fault_counters();
+  const uint64_t icrc0 = Port(emu_.ctx(), 1).dropped_icrc;
+  // Sent by a_ (a packet sent counts on its sender) ...
+  AddFaults("drop=#3@qpn=" + Qpn(a_) + ",op=SEND; dup=#2@qpn=" + Qpn(a_) +
+         ",op=SEND; corrupt=#1@qpn=" + Qpn(a_) + ",op=SEND");
+  // ... and received by b_ (a packet received counts on its destination).
+  AddFaults("delay=1ms/#2@dir=rx,qpn=" + Qpn(b_) + "; reorder=#4@dir=rx,qpn=" + Qpn(b_));
+  Transfer(8);
+
+  const FaultCounts on_a{1, 1, 1, 0, 0, 0, 0, 0};
+  const FaultCounts on_b{0, 0, 0, 1, 1, 0, 0, 0};
+  const FaultCounts both{1, 1, 1, 1, 1, 0, 0, 0};
+  EXPECT_EQ(FaultsOf(Qp(a_)), on_a);
+  EXPECT_EQ(FaultsOf(Qp(b_)), on_b);
+  EXPECT_EQ(FaultsOf(Port(emu_.ctx(), 1)) - port0, both);
+  EXPECT_EQ(FaultsOf(Port(emu_.ctx(), 0)) - dev0, both) << "the device is its one port";
+  // The device-wide counters of the injector (rdmaemu_fault_list's) agree.
+  const fault::FaultCounters inj = engine_->fault_counters();
+  EXPECT_EQ(inj.dropped - inj0.dropped, 1u);
+  EXPECT_EQ(inj.duplicated - inj0.duplicated, 1u);
+  EXPECT_EQ(inj.corrupted - inj0.corrupted, 1u);
+  EXPECT_EQ(inj.delayed - inj0.delayed, 1u);
+  EXPECT_EQ(inj.reordered - inj0.reordered, 1u);
+  // What a fault caused is counted where it always was: the corrupted packet
+  // was dropped for its ICRC before it was known to be b_'s (the port only).
+  EXPECT_EQ(Port(emu_.ctx(), 1).dropped_icrc - icrc0, 1u);
+  EXPECT_EQ(Qp(b_).dropped_icrc, 0u);
+}
+
+TEST_F(FaultCountersTest, ForcedEventsCountOnTheQpThatReceived) {
+  const FaultCounts port0 = FaultsOf(Port(emu_.ctx(), 1));
+  AddFaults("rnr=#1@qpn=" + Qpn(b_) + "; nak=seq/#2@qpn=" + Qpn(b_));
+  Transfer(4);
+  EXPECT_EQ(FaultsOf(Qp(b_)), (FaultCounts{0, 0, 0, 0, 0, 2, 0, 0}));
+  EXPECT_EQ(FaultsOf(Qp(a_)), (FaultCounts{}));
+  EXPECT_EQ(FaultsOf(Port(emu_.ctx(), 1)) - port0, (FaultCounts{0, 0, 0, 0, 0, 2, 0, 0}));
+  EXPECT_EQ(Qp(b_).rnr_naks_sent, 1u);
+  EXPECT_EQ(Qp(a_).rnr_naks_received, 1u);
+}
+
+TEST_F(FaultCountersTest, ShapedPacketsCountOnTheirSender) {
+  const FaultCounts port0 = FaultsOf(Port(emu_.ctx(), 1));
+  // 64 KiB of WRITE at 20 Mb/s: about 27 ms, nearly every packet waits.
+  AddFaults("rate=20mbps");
+  ASSERT_EQ(emu_.PostSend(a_, 1, IBV_WR_RDMA_WRITE, *data_, 0, 65536, data_->addr() + 65536,
+                          data_->mr->rkey),
+            0);
+  auto wc = emu_.Poll(5000ms);
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+  const rdmaemu_counters qa = Qp(a_), qb = Qp(b_);
+  const uint64_t on_a = qa.fault_shaped, on_b = qb.fault_shaped;
+  EXPECT_GE(on_a, 32u) << "64 packets of 1 KiB, most of them behind the burst";
+  // (More than 64 when the 5 ms timer fired first: retransmissions wait too.)
+  EXPECT_LE(on_a, qa.packets_sent);
+  EXPECT_LE(on_b, qb.packets_sent);
+  EXPECT_EQ(FaultsOf(Port(emu_.ctx(), 1)).shaped - port0.shaped, on_a + on_b)
+      << "b_'s ACKs are shaped too, and nothing else";
+  EXPECT_EQ(Qp(a_).fault_dropped + Qp(b_).fault_dropped, 0u);
 }
 
 }  // namespace

@@ -271,6 +271,24 @@ ibv_qp* EmuRc::ConnectedQp(const RcParams& p) {
   return qp;
 }
 
+std::pair<ibv_qp*, ibv_qp*> EmuRc::ConnectedPair(RcParams p, uint32_t wr) {
+  ibv_qp* a = CreateQp(wr);
+  ibv_qp* b = CreateQp(wr);
+  if (a == nullptr || b == nullptr) return {nullptr, nullptr};
+  p.peer_ip = ip_;
+  RcParams pa = p, pb = p;
+  pa.dest_qpn = b->qp_num;
+  pb.dest_qpn = a->qp_num;
+  pa.sq_psn = pb.rq_psn = 1000;
+  pb.sq_psn = pa.rq_psn = 2000;
+  for (auto [qp, params] : {std::pair{a, pa}, std::pair{b, pb}}) {
+    if (ToInit(qp, params) != 0 || ToRtr(qp, params) != 0 || ToRts(qp, params) != 0) {
+      return {nullptr, nullptr};
+    }
+  }
+  return {a, b};
+}
+
 int EmuRc::PostRecv(ibv_qp* qp, uint64_t wr_id, const Buffer& b, size_t offset, size_t length) {
   ibv_sge sge{b.addr() + offset, static_cast<uint32_t>(length), b.mr->lkey};
   ibv_recv_wr wr{};

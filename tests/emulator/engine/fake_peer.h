@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "emulator/wire/packet.h"
@@ -151,6 +152,11 @@ class EmuRc {
   int ToRts(ibv_qp* qp, const RcParams& p);
   // CreateQp + ToInit + ToRtr + ToRts; nullptr on failure.
   ibv_qp* ConnectedQp(const RcParams& p = {});
+  // Two RC QPs of the device connected to each other (the device talks to
+  // itself on its own address), in RTS; p's PSNs and peer are replaced: the
+  // first sends from PSN 1000, the second from 2000. {nullptr, nullptr} on
+  // failure.
+  std::pair<ibv_qp*, ibv_qp*> ConnectedPair(RcParams p = {}, uint32_t wr = 64);
 
   int PostRecv(ibv_qp* qp, uint64_t wr_id, const Buffer& b, size_t offset, size_t length);
   int PostSend(ibv_qp* qp, uint64_t wr_id, ibv_wr_opcode op, const Buffer& b, size_t offset,

@@ -43,8 +43,19 @@ class FakeSink : public PacketSink {
   void Deliver(const net::Datagram& d) override {
     Record(false, d.data, static_cast<uint8_t>(d.socket + 1));
   }
+  void Counted(FaultEvent what, uint8_t port, uint32_t local_qpn, uint64_t n) override {
+    counted.push_back({what, port, local_qpn, n});
+  }
+  struct Report {
+    FaultEvent what;
+    uint8_t port;
+    uint32_t local_qpn;
+    uint64_t n;
+    bool operator==(const Report&) const = default;
+  };
   Clock::time_point now{};
   std::vector<Sent> out;
+  std::vector<Report> counted;  // what Counted was told, in order
 
  private:
   void Record(bool tx, std::span<const uint8_t> bytes, uint8_t port) {
@@ -379,6 +390,47 @@ TEST(FaultInjector, ForcedEventsCountRequestMessages) {
   h.Tx(Opcode::RC_SEND_ONLY, 0x11, 1);
   h.Rx(Opcode::RC_SEND_ONLY, 0x11, 1);
   EXPECT_EQ(h.sink.out.size(), 2u);
+}
+
+TEST(FaultInjector, ReportsEachDecisionWithThePacketsPortAndLocalQp) {
+  // Two ports; each rule picks one packet of one QP.
+  Harness h("drop=#1@qpn=0x11; dup=#1@qpn=0x12,port=2; corrupt=#1@dir=rx,qpn=0x13; "
+            "delay=1ms/#1@qpn=0x14; reorder=#1@dir=rx,qpn=0x15; rate=8mbps@port=2",
+            {kRate100G, kRate100G});
+  using R = FakeSink::Report;
+  h.Tx(Opcode::RC_SEND_ONLY, 0x100, 1, 0x11);
+  EXPECT_EQ(h.sink.counted, (std::vector<R>{{FaultEvent::kDropped, 1, 0x11, 1}}));
+  h.sink.counted.clear();
+  // Two copies on a shaped port: the second waits for the link.
+  h.Tx(Opcode::RC_SEND_ONLY, 0x100, 2, 0x12, 1000 - 16, 2);
+  EXPECT_EQ(h.sink.counted, (std::vector<R>{{FaultEvent::kDuplicated, 2, 0x12, 1},
+                                            {FaultEvent::kShaped, 2, 0x12, 1}}));
+  h.sink.counted.clear();
+  h.Rx(Opcode::RC_SEND_ONLY, 0x13, 3);
+  EXPECT_EQ(h.sink.counted, (std::vector<R>{{FaultEvent::kCorrupted, 1, 0x13, 1}}));
+  h.sink.counted.clear();
+  h.Tx(Opcode::RC_SEND_ONLY, 0x100, 4, 0x14);
+  h.Rx(Opcode::RC_SEND_ONLY, 0x15, 5);
+  EXPECT_EQ(h.sink.counted, (std::vector<R>{{FaultEvent::kDelayed, 1, 0x14, 1},
+                                            {FaultEvent::kReordered, 1, 0x15, 1}}));
+  h.sink.counted.clear();
+  // A delayed packet released later onto a shaped link keeps its QP.
+  Harness late("delay=1ms; rate=8mbps", {kRate100G});
+  late.Tx(Opcode::RC_SEND_ONLY, 0x100, 1, 0x21, 1000 - 16);
+  late.Tx(Opcode::RC_SEND_ONLY, 0x100, 2, 0x22, 1000 - 16);
+  late.Advance(1ms);
+  EXPECT_EQ(late.sink.counted, (std::vector<R>{{FaultEvent::kDelayed, 1, 0x21, 1},
+                                               {FaultEvent::kDelayed, 1, 0x22, 1},
+                                               {FaultEvent::kShaped, 1, 0x22, 1}}));
+  // The device-wide counters are the sum of the reports.
+  const FaultCounters c = h.injector.counters();
+  EXPECT_EQ(c.dropped, 1u);
+  EXPECT_EQ(c.duplicated, 1u);
+  EXPECT_EQ(c.corrupted, 1u);
+  EXPECT_EQ(c.delayed, 1u);
+  EXPECT_EQ(c.reordered, 1u);
+  EXPECT_EQ(c.shaped, 1u);
+  EXPECT_EQ(late.injector.counters().shaped, 1u);
 }
 
 TEST(FaultInjector, ShapingPacesAtTheRate) {

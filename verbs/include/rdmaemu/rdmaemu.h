@@ -64,6 +64,17 @@ struct rdmaemu_counters {
 	uint64_t dropped_port_down;
 	uint64_t dropped_device_dead;
 	uint64_t dropped_no_route;
+	/* What fault rules and link shaping did (docs/faults.md), on the
+	 * packet's port and its local QP: the sender of a packet sent, the
+	 * destination of a packet received. */
+	uint64_t fault_dropped;		/* drop */
+	uint64_t fault_duplicated;	/* extra copies made by dup */
+	uint64_t fault_corrupted;	/* corrupt */
+	uint64_t fault_delayed;		/* held by delay */
+	uint64_t fault_reordered;	/* held back by reorder */
+	uint64_t fault_forced;		/* RNR NAKs, NAKs, QP errors: rnr, nak, error */
+	uint64_t fault_shaped;		/* waited for the link: rate, latency */
+	uint64_t fault_overflows;	/* dropped: a hold queue was full */
 };
 
 /* A port's counters, or with port_num 0 the whole device's (the sum of its
