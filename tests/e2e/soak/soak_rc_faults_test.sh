@@ -2,7 +2,8 @@
 # The soak program's RC mode under 5% drop, 2% duplication, 5% reordering and
 # 1% corruption (issue 5): 100,000 messages of random sizes (SEND, WRITE,
 # READ, atomics), every byte, the order and the count verified, on both
-# engines. The device counters each side prints prove the faults happened.
+# engines. The device counters each side prints prove the faults happened:
+# the fault rules' own counts (fault_*) and what they caused.
 # Numbers (retransmissions, timeouts, time) and what they cost: docs/soak.md.
 source "$(dirname "$0")/soak_lib.sh"
 
@@ -18,6 +19,14 @@ for engine in uring epoll; do
     icrc=$(( $(counter dropped_icrc "$client_out") + $(counter dropped_icrc "$server_out") ))
     dups=$(( $(counter duplicates "$client_out") + $(counter duplicates "$server_out") ))
     echo "rc ($engine) under $rc_faults: ${elapsed}s, retransmissions=$retrans dropped_icrc=$icrc duplicate_requests=$dups"
+    # What the rules did to the packets each side sent, summed.
+    faults=""
+    for kind in dropped duplicated reordered corrupted; do
+      n=$(( $(counter "fault_$kind" "$client_out") + $(counter "fault_$kind" "$server_out") ))
+      faults+=" $kind=$n"
+      (( n > 0 )) || fail "rc ($engine): fault_$kind is 0 under $rc_faults"
+    done
+    echo "    packets the fault rules changed:$faults"
     grep -E '^soak (client|server) faults:' "$client_out" "$server_out" | sed 's/^/    /'
     (( retrans > 0 )) || fail "rc ($engine): no retransmission under 5% drop: RDMAEMU_FAULTS ignored?"
     (( icrc > 0 )) || fail "rc ($engine): no ICRC drop under 1% corruption"

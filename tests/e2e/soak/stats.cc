@@ -25,7 +25,11 @@ constexpr Field kFields[] = {
     SOAK_FIELD(duplicates),          SOAK_FIELD(dropped_malformed),   SOAK_FIELD(dropped_icrc),
     SOAK_FIELD(dropped_pkey),        SOAK_FIELD(dropped_qkey),        SOAK_FIELD(rkey_violations),
     SOAK_FIELD(dropped_unknown_qpn), SOAK_FIELD(dropped_bad_state),   SOAK_FIELD(dropped_no_receive),
-    SOAK_FIELD(dropped_port_down),
+    SOAK_FIELD(dropped_port_down),   SOAK_FIELD(dropped_device_dead), SOAK_FIELD(dropped_no_route),
+    // What the fault rules (RDMAEMU_FAULTS) did to this side's packets.
+    SOAK_FIELD(fault_dropped),       SOAK_FIELD(fault_duplicated),    SOAK_FIELD(fault_corrupted),
+    SOAK_FIELD(fault_delayed),       SOAK_FIELD(fault_reordered),     SOAK_FIELD(fault_forced),
+    SOAK_FIELD(fault_shaped),        SOAK_FIELD(fault_overflows),
 };
 #undef SOAK_FIELD
 

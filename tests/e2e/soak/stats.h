@@ -8,8 +8,9 @@
 
 namespace soak {
 
-// "packets_sent=N bytes_sent=N ... " for every counter of the device
-// (port 0: all ports), in the header's order; dies if the query fails.
+// "packets_sent=N bytes_sent=N ... fault_dropped=N ..." for every counter
+// of the device (port 0: all ports), in the header's order, the fault rules'
+// counts (fault_*) last; dies if the query fails.
 std::string DeviceCounters(ibv_context* ctx);
 
 // The device's active fault rules with how many packets each matched
