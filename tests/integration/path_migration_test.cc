@@ -202,6 +202,22 @@ TEST_F(TwoPortTest, FaultRulesForPort2ActOnPort2sTrafficBothWays) {
   EXPECT_GE(q2.retransmissions - p2.retransmissions, 2u) << "a's retransmissions count on port 2";
   EXPECT_EQ(q1.retransmissions - p1.retransmissions, 0u);
   EXPECT_GE(q1.duplicates - p1.duplicates, 1u) << "b received the write again";
+  // What the rules did counts on the port the packet crossed and on its
+  // local QP: a sent the corrupted packet and was to receive the lost ACK.
+  EXPECT_EQ(q2.fault_corrupted - p2.fault_corrupted, 1u);
+  EXPECT_EQ(q2.fault_dropped - p2.fault_dropped, 1u);
+  EXPECT_EQ(q1.fault_corrupted - p1.fault_corrupted, 0u);
+  EXPECT_EQ(q1.fault_dropped - p1.fault_dropped, 0u);
+  const rdmaemu_counters dev = PortCounters(0);
+  EXPECT_EQ(dev.fault_corrupted, q1.fault_corrupted + q2.fault_corrupted);
+  EXPECT_EQ(dev.fault_dropped, q1.fault_dropped + q2.fault_dropped);
+  for (auto [qp, n] : {std::pair{a, 1u}, std::pair{b, 0u}}) {
+    rdmaemu_counters c{};
+    c.size = sizeof(c);
+    ASSERT_EQ(rdmaemu_query_qp_counters(qp, &c), 0);
+    EXPECT_EQ(c.fault_corrupted, n) << (qp == a ? "a" : "b");
+    EXPECT_EQ(c.fault_dropped, n) << (qp == a ? "a" : "b");
+  }
   char list[512];
   ASSERT_EQ(rdmaemu_fault_list(ctx_, list, sizeof(list)), 0);
   // The line of port 1's rule: it matched nothing.

@@ -191,7 +191,8 @@ TEST_F(CountersTest, DeviceIsTheSumOfPortsAndSizeIsHonoured) {
 
 // Fault rules (docs/faults.md) on a real transfer between two QPs of the
 // device, each rule picking one packet of one QP by a count trigger: however
-// the retransmissions they cause interleave, each rule fires exactly once.
+// the retransmissions they cause interleave, each rule fires exactly once
+// (every rule matches more packets than its count).
 class FaultCountersTest : public CountersTest {
  protected:
   void SetUp() override {
@@ -272,7 +273,7 @@ TEST_F(FaultCountersTest, PacketFaultsCountOnThePortAndOnTheQpTheyHit) {
   const uint64_t icrc0 = Port(emu_.ctx(), 1).dropped_icrc;
   // Sent by a_ (a packet sent counts on its sender) ...
   AddFaults("drop=#3@qpn=" + Qpn(a_) + ",op=SEND; dup=#2@qpn=" + Qpn(a_) +
-         ",op=SEND; corrupt=#1@qpn=" + Qpn(a_) + ",op=SEND");
+            ",op=SEND; corrupt=#1@qpn=" + Qpn(a_) + ",op=SEND");
   // ... and received by b_ (a packet received counts on its destination).
   AddFaults("delay=1ms/#2@dir=rx,qpn=" + Qpn(b_) + "; reorder=#4@dir=rx,qpn=" + Qpn(b_));
   Transfer(8);
