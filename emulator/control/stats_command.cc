@@ -1,7 +1,7 @@
 // `stats [DEV [PORT]] [--qp QPN] [--json]`: the engine's counters of a
 // running process, as rdmaemu_query_counters and rdmaemu_query_qp_counters
 // give them to the program (Engine::counters, port_counters, qp_counters),
-// plus what each device's fault rules did (Engine::fault_counters).
+// what fault rules did (fault_*) among them.
 //
 // Every counter of RDMAEMU_COUNTERS is printed through ForEachCounter, so a
 // counter added to that list appears here by itself.
@@ -14,7 +14,6 @@
 #include "emulator/control/command.h"
 #include "emulator/engine/counters.h"
 #include "emulator/engine/engine.h"
-#include "emulator/fault/injector.h"
 
 namespace rdmaemu::control {
 
@@ -24,32 +23,13 @@ namespace {
 
 constexpr std::string_view kUsage =
     "Usage: stats [DEV [PORT]] [--qp QPN] [--json]\n"
-    "Prints the counters of each open device (the sum of its ports) with what\n"
-    "its fault rules did, of port PORT of device DEV, or of one QP: `name value`\n"
+    "Prints the counters of each open device (the sum of its ports), of port\n"
+    "PORT of device DEV, or of one QP (fault_* count what fault rules did): `name value`\n"
     "per line under a header line naming the process, device, port or QP.\n"
     "  --qp QPN   one QP's counters (decimal or 0x-hex; `list` shows the QPNs);\n"
     "             DEV picks the device when two have that QPN\n"
     "  --json     one JSON object instead: {\"pid\", \"program\", \"stats\": [{\"device\",\n"
-    "             [\"port\" | \"qp\"], \"counters\": {...}, [\"faults\": {...}]}]}\n";
-
-// What fault rules did (fault::FaultCounters), by name, prefixed `fault_` in
-// the text output. A counter added to FaultCounters gets a row here.
-struct FaultField {
-  std::string_view name;
-  uint64_t fault::FaultCounters::*field;
-};
-constexpr FaultField kFaultFields[] = {
-    {"dropped", &fault::FaultCounters::dropped},
-    {"duplicated", &fault::FaultCounters::duplicated},
-    {"corrupted", &fault::FaultCounters::corrupted},
-    {"delayed", &fault::FaultCounters::delayed},
-    {"reordered", &fault::FaultCounters::reordered},
-    {"rnr_forced", &fault::FaultCounters::rnr_forced},
-    {"naks_forced", &fault::FaultCounters::naks_forced},
-    {"errors_forced", &fault::FaultCounters::errors_forced},
-    {"shaped", &fault::FaultCounters::shaped},
-    {"overflows", &fault::FaultCounters::overflows},
-};
+    "             [\"port\" | \"qp\"], \"counters\": {...}}]}\n";
 
 // One block of the output: a device, one of its ports, or one QP.
 struct Block {
@@ -57,7 +37,6 @@ struct Block {
   std::optional<int> port;
   std::optional<uint32_t> qp;
   engine::CounterValues counters;
-  std::optional<fault::FaultCounters> faults;  // devices only: rules act per device
 };
 
 struct Request {
@@ -118,9 +97,6 @@ std::string Text(const std::vector<Block>& blocks) {
     engine::ForEachCounter(b.counters, [&](std::string_view name, std::string_view, uint64_t v) {
       out += fmt::format("{} {}\n", name, v);
     });
-    if (b.faults) {
-      for (const FaultField& f : kFaultFields) out += fmt::format("fault_{} {}\n", f.name, (*b.faults).*f.field);
-    }
   }
   return out;
 }
@@ -136,11 +112,6 @@ std::string Json(const std::vector<Block>& blocks) {
       fields.push_back(fmt::format("\"{}\": {}", name, v));
     });
     item += fmt::format(",\n     \"counters\": {{{}}}", fmt::join(fields, ", "));
-    if (b.faults) {
-      fields.clear();
-      for (const FaultField& f : kFaultFields) fields.push_back(fmt::format("\"{}\": {}", f.name, (*b.faults).*f.field));
-      item += fmt::format(",\n     \"faults\": {{{}}}", fmt::join(fields, ", "));
-    }
     items.push_back(item + "}");
   }
   return fmt::format("{{\"pid\": {}, \"program\": {}, \"stats\": [\n{}\n]}}\n", ::getpid(),
@@ -148,7 +119,7 @@ std::string Json(const std::vector<Block>& blocks) {
 }
 
 Block DeviceBlock(const Running& r) {
-  return {r.device->name(), std::nullopt, std::nullopt, r.engine->counters(), r.engine->fault_counters()};
+  return {r.device->name(), std::nullopt, std::nullopt, r.engine->counters()};
 }
 
 // The QP `word` names, on `targets` (all devices, or the one given).
@@ -158,7 +129,7 @@ Result<Block> QpBlock(const std::vector<Running>& targets, std::string_view word
   std::vector<Block> found;
   for (const Running& r : targets) {
     auto c = r.engine->qp_counters(static_cast<uint32_t>(*qpn));
-    if (c.ok()) found.push_back({r.device->name(), std::nullopt, static_cast<uint32_t>(*qpn), *c, std::nullopt});
+    if (c.ok()) found.push_back({r.device->name(), std::nullopt, static_cast<uint32_t>(*qpn), *c});
   }
   if (found.empty()) {
     if (device_given) return NotFound(fmt::format("{} has no qp {} (see `list`)", targets[0].device->name(), word));
@@ -200,7 +171,7 @@ Reply StatsMain(std::span<const std::string> args) {
     if (!port.ok()) return FromStatus("stats", port.status());
     auto c = r.engine->port_counters(*port);
     if (!c.ok()) return FromStatus("stats", c.status());
-    blocks.push_back({r.device->name(), *port, std::nullopt, *c, std::nullopt});
+    blocks.push_back({r.device->name(), *port, std::nullopt, *c});
   } else {
     for (const Running& r : targets) blocks.push_back(DeviceBlock(r));
   }

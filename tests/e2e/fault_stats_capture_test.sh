@@ -96,12 +96,12 @@ for engine in uring epoll; do
     if python3 -m json.tool "$tmp/stats2-$engine.json" >/dev/null 2>&1; then
       sent2=$(json_get "$tmp/stats2-$engine.json" 'd["stats"][0]["counters"]["packets_sent"]')
       retx=$(json_get "$tmp/stats2-$engine.json" 'd["stats"][0]["counters"]["retransmissions"]')
-      dropped=$(json_get "$tmp/stats2-$engine.json" 'd["stats"][0]["faults"]["dropped"]')
+      dropped=$(json_get "$tmp/stats2-$engine.json" 'd["stats"][0]["counters"]["fault_dropped"]')
       (( sent2 > sent1 && retx > 0 && dropped > 0 )) && { moved=1; break; }
     fi
     sleep 0.1
   done
-  [[ -n "$moved" ]] || { fail "$engine: stats did not move (packets_sent $sent1 -> ${sent2:-?}, retransmissions ${retx:-?}, faults.dropped ${dropped:-?}):"; sed 's/^/    /' "$tmp/stats2-$engine.json" | head -20; }
+  [[ -n "$moved" ]] || { fail "$engine: stats did not move (packets_sent $sent1 -> ${sent2:-?}, retransmissions ${retx:-?}, fault_dropped ${dropped:-?}):"; sed 's/^/    /' "$tmp/stats2-$engine.json" | head -20; }
   t "$engine-stats-text" 0 "$rdmaemu" stats --pid "$server" && {
     has "$engine-stats-text" "$out" "^process $server ibv_rc_pingpong device emu0\$"
     has "$engine-stats-text" "$out" '^packets_sent [1-9][0-9]*$'

@@ -177,7 +177,7 @@ constexpr Forwarded kForwarded[] = {
      "\n"
      "--json prints one JSON object per program instead,\n"
      "  {\"pid\": N, \"program\": NAME, \"stats\": [{\"device\": DEV, [\"port\": N |\n"
-     "   \"qp\": N,] \"counters\": {...}, [\"faults\": {...}]}, ...]},\n"
+     "   \"qp\": N,] \"counters\": {...}}, ...]},\n"
      "and, without --pid, a JSON array of them (one element per program).\n",
      nullptr},
     {"capture", "start or stop a pcap capture of every packet of running programs",

@@ -203,16 +203,12 @@ TEST_F(EngineCommandsTest, StatsPrintsEveryCounterOfEachDevice) {
   ASSERT_NE(at0, std::string::npos) << r.out;
   ASSERT_NE(at1, std::string::npos) << r.out;
   const std::string block0 = r.out.substr(at0, at1 - at0);
-  // Every counter of the list, with the engine's value, and the fault counters.
+  // Every counter of the list (the fault_ ones too), with the engine's value.
   const engine::CounterValues now = emu0().counters();
   engine::ForEachCounter(now, [&](std::string_view name, std::string_view, uint64_t v) {
     EXPECT_EQ(Value(block0, std::string(name)), static_cast<long long>(v)) << name;
   });
-  for (const char* name : {"fault_dropped", "fault_duplicated", "fault_corrupted", "fault_delayed",
-                           "fault_reordered", "fault_rnr_forced", "fault_naks_forced", "fault_errors_forced",
-                           "fault_shaped", "fault_overflows"}) {
-    EXPECT_GE(Value(block0, name), 0) << name;
-  }
+  EXPECT_GE(Value(block0, "fault_dropped"), 0);
 
   // Traffic moves emu0's counters, and a drop rule its fault counter.
   ASSERT_EQ(Run({"fault", "emu0", "add", "drop=#1..2@dir=rx"}).status, 0);
@@ -233,7 +229,7 @@ TEST_F(EngineCommandsTest, StatsOfAPortAndOfAQp) {
   EXPECT_EQ(r.out.find(fmt::format("process {} ", ::getpid())), 0u);
   EXPECT_NE(r.out.find(" device emu1 port 2\n"), std::string::npos) << r.out;
   EXPECT_EQ(Value(r.out, "packets_sent"), 0);
-  EXPECT_EQ(Value(r.out, "fault_dropped"), -1) << "fault counters are the device's";
+  EXPECT_EQ(Value(r.out, "fault_dropped"), 0);
 
   auto qpn = emu1().AllocateQpn();
   ASSERT_TRUE(qpn.ok());
@@ -276,7 +272,7 @@ TEST_F(EngineCommandsTest, StatsJson) {
   EXPECT_NE(r.out.find("{\"device\": \"emu0\""), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("{\"device\": \"emu1\""), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\"counters\": {\"packets_sent\": "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("\"faults\": {\"dropped\": "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"fault_dropped\": "), std::string::npos) << r.out;
   // Valid JSON: python3 reads it back (when the machine has it).
   if (std::system("python3 -c '' 2>/dev/null") == 0) {
     const std::string path = ConfigEnvironment::dir + "/stats.json";
