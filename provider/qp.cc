@@ -385,6 +385,27 @@ Status CheckRss(ibv_context* context, const ibv_qp_init_attr_ex& attr) {
   return Status::Ok();
 }
 
+// As the kernel and rxe: a flag outside ibv_qp_create_flags is EINVAL (the
+// kernel's uverbs refuses it), a known one EOPNOTSUPP (rxe supports none:
+// they are multicast loopback, raw-packet and mlx5 features).
+Status CheckCreateFlags(uint32_t flags) {
+  auto fail = [](int code, std::string why) -> Status {
+    Log().warn("ibv_create_qp_ex: {}", why);
+    return Status::Error(code, std::move(why));
+  };
+  constexpr uint32_t kKnown = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB | IBV_QP_CREATE_SCATTER_FCS |
+                              IBV_QP_CREATE_CVLAN_STRIPPING | IBV_QP_CREATE_SOURCE_QPN |
+                              IBV_QP_CREATE_PCI_WRITE_END_PADDING;
+  if (uint32_t unknown = flags & ~kKnown; unknown != 0) {
+    return fail(EINVAL, fmt::format("create_flags {:#x} are not QP creation flags", unknown));
+  }
+  if (flags != 0) {
+    return fail(EOPNOTSUPP, fmt::format("create_flags {:#x}: the device supports no QP creation "
+                                        "flags", flags));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 void InstallQpOps(verbs_context* vctx) {
@@ -399,12 +420,18 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     Log().warn("ibv_create_qp: a QP needs a protection domain");
     return InvalidArgument("no PD");
   }
+  // IBV_QP_INIT_ATTR_CREATE_FLAGS only says the field is set: the flags in
+  // it are what asks for a feature (the kernel judges them, not the bit).
   constexpr uint32_t kCompMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
-                                 IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH;
+                                 IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH |
+                                 IBV_QP_INIT_ATTR_CREATE_FLAGS;
   if (attr->comp_mask & ~kCompMask) {
     Log().warn("ibv_create_qp_ex: comp_mask {:#x} asks for features the device does not support "
-               "(XRC, TSO, create flags …)", attr->comp_mask & ~kCompMask);
+               "(XRC, TSO …)", attr->comp_mask & ~kCompMask);
     return NotSupported("comp_mask");
+  }
+  if (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) {
+    if (Status s = CheckCreateFlags(attr->create_flags); !s.ok()) return s;
   }
   const bool rss = attr->comp_mask & (IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH);
   if (rss) {
