@@ -54,8 +54,8 @@ Status MrTable::CheckAccess(uint32_t access) {
   return Status::Ok();
 }
 
-Result<std::shared_ptr<const Mr>> MrTable::Register(uint32_t pd, void* addr, uint64_t length,
-                                                    uint64_t iova, uint32_t access) {
+Result<std::shared_ptr<Mr>> MrTable::Build(uint32_t pd, void* addr, uint64_t length,
+                                           uint64_t iova, uint32_t access) {
   if (Status s = CheckAccess(access); !s.ok()) return s;
   if (length == 0) return InvalidArgument("a memory region must have a non-zero length");
   if (addr == nullptr) return Status::Error(EFAULT, "a memory region cannot start at address NULL");
@@ -68,6 +68,14 @@ Result<std::shared_ptr<const Mr>> MrTable::Register(uint32_t pd, void* addr, uin
   mr->length = length;
   mr->iova = (access & kZeroBased) ? 0 : iova;
   mr->access = access;
+  return mr;
+}
+
+Result<std::shared_ptr<const Mr>> MrTable::Register(uint32_t pd, void* addr, uint64_t length,
+                                                    uint64_t iova, uint32_t access) {
+  auto built = Build(pd, addr, length, iova, access);
+  if (!built.ok()) return built.status();
+  std::shared_ptr<Mr> mr = *built;
 
   std::unique_lock lock(mu_);
   if (live_ >= static_cast<size_t>(device::kMaxMr)) {
@@ -93,12 +101,24 @@ Result<std::shared_ptr<const Mr>> MrTable::Register(uint32_t pd, void* addr, uin
 Result<std::shared_ptr<const Mr>> MrTable::Reregister(uint32_t lkey, uint32_t pd, void* addr,
                                                       uint64_t length, uint64_t iova,
                                                       uint32_t access) {
-  auto old = FindByLkey(lkey);
-  if (!old) return InvalidArgument(fmt::format("no memory region with lkey {:#x}", lkey));
-  auto fresh = Register(pd, addr, length, iova, access);
-  if (!fresh.ok()) return fresh;
-  (void)Deregister(lkey);
-  return fresh;
+  if (!FindByLkey(lkey)) return InvalidArgument(fmt::format("no memory region with lkey {:#x}", lkey));
+  auto built = Build(pd, addr, length, iova, access);
+  if (!built.ok()) return built.status();
+  std::shared_ptr<Mr> mr = *built;
+  mr->lkey = mr->rkey = lkey;
+
+  std::unique_lock lock(mu_);
+  uint32_t index = (lkey >> 8) - 1;
+  // Checked again under the lock: a concurrent deregistration wins.
+  if (!slots_[index] || slots_[index]->lkey != lkey) {
+    return InvalidArgument(fmt::format("no memory region with lkey {:#x}", lkey));
+  }
+  slots_[index] = mr;
+  lock.unlock();
+  // As at deregistration: a copy the engine started under the old
+  // translation or rights ends before the call returns.
+  std::unique_lock drain(access_mu_);
+  return std::shared_ptr<const Mr>(mr);
 }
 
 Status MrTable::Deregister(uint32_t lkey) {

@@ -52,7 +52,9 @@ class MrTable {
   // length, mapped memory) and publishes the region with fresh keys.
   Result<std::shared_ptr<const Mr>> Register(uint32_t pd, void* addr, uint64_t length,
                                              uint64_t iova, uint32_t access);
-  // Replaces a region's translation, PD or rights; keys change as on hardware.
+  // Replaces a region's translation, PD or rights in place: the lkey and
+  // rkey stay (rxe and mlx5 keep them; rdma-core's tests send the old rkey
+  // after a rereg). On failure the region is unchanged.
   Result<std::shared_ptr<const Mr>> Reregister(uint32_t lkey, uint32_t pd, void* addr,
                                                uint64_t length, uint64_t iova, uint32_t access);
   Status Deregister(uint32_t lkey);
@@ -73,6 +75,9 @@ class MrTable {
 
  private:
   std::shared_ptr<const Mr> Find(uint32_t key) const;
+  // A region's checks and fields, without keys and not yet published.
+  static Result<std::shared_ptr<Mr>> Build(uint32_t pd, void* addr, uint64_t length, uint64_t iova,
+                                           uint32_t access);
 
   mutable std::shared_mutex mu_;
   mutable std::shared_mutex access_mu_;

@@ -169,19 +169,25 @@ TEST_F(MrTableTest, DeregisterOfUnknownKeysIsEinval) {
   EXPECT_EQ(table_.Deregister(0xdeadbe01).code(), EINVAL);
 }
 
-TEST_F(MrTableTest, ReregisterGivesNewKeysAndRetiresTheOld) {
+TEST_F(MrTableTest, ReregisterKeepsTheKeysAndReplacesTheRest) {
   auto a = Reg(kLocalWrite);
   ASSERT_TRUE(a.ok());
-  uint32_t old_key = (*a)->lkey;
-  auto b = table_.Reregister(old_key, 2, buf_.data() + 4096, 4096, Iova() + 4096,
+  uint32_t key = (*a)->lkey;
+  auto b = table_.Reregister(key, 2, buf_.data() + 4096, 4096, Iova() + 4096,
                              kLocalWrite | kRemoteWrite);
   ASSERT_TRUE(b.ok()) << b.status().message();
-  EXPECT_NE((*b)->lkey, old_key);
+  EXPECT_EQ((*b)->lkey, key);
+  EXPECT_EQ((*b)->rkey, key);
   EXPECT_EQ((*b)->pd, 2u);
+  EXPECT_EQ((*b)->iova, Iova() + 4096);
+  EXPECT_EQ((*b)->addr, buf_.data() + 4096);
   EXPECT_EQ((*b)->access, kLocalWrite | kRemoteWrite);
-  EXPECT_EQ(table_.FindByLkey(old_key), nullptr);
-  EXPECT_EQ(table_.FindByLkey((*b)->lkey), *b);
+  // The key finds the new region, never the old one.
+  EXPECT_EQ(table_.FindByLkey(key), *b);
+  EXPECT_EQ(table_.FindByRkey(key), *b);
   EXPECT_EQ(table_.size(), 1u);
+  ASSERT_TRUE(table_.Deregister(key).ok());
+  EXPECT_EQ(table_.size(), 0u);
 }
 
 TEST_F(MrTableTest, FailedReregisterKeepsTheOldRegion) {
