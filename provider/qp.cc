@@ -634,6 +634,17 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
       t.alt_dest_ip = 0;
       t.mig_state = engine::MigState::kMigrated;
       qp->migrations_seen = eqp.migrations;
+      // Its completions not yet polled go too (under eqp.mu, so the engine
+      // adds none meanwhile): libmlx5 and libmlx4 clean the CQs at RESET,
+      // and code that restates a QP from ERR expects to poll only new ones.
+      size_t cleaned = eqp.send_cq->RemoveQp(eqp.qpn);
+      if (eqp.recv_cq != nullptr && eqp.recv_cq != eqp.send_cq) {
+        cleaned += eqp.recv_cq->RemoveQp(eqp.qpn);
+      }
+      if (cleaned != 0) {
+        Log().debug("{} qp#{}: RESET took {} unpolled completions out of its CQs", dev.name(),
+                    eqp.qpn, cleaned);
+      }
     }
   }
   ibv->state = static_cast<ibv_qp_state>(qp->attrs.state);

@@ -86,6 +86,20 @@ Status Cq::Resize(uint32_t new_capacity) {
   return Status::Ok();
 }
 
+size_t Cq::RemoveQp(uint32_t qp_num) {
+  std::lock_guard lock(mu_);
+  uint64_t kept = head_;
+  for (uint64_t at = head_; at != tail_; ++at) {
+    const Cqe& c = ring_[at % ring_.size()];
+    if (c.qp_num == qp_num) continue;
+    if (kept != at) ring_[kept % ring_.size()] = c;
+    ++kept;
+  }
+  const size_t removed = tail_ - kept;
+  tail_ = kept;
+  return removed;
+}
+
 bool Cq::overrun() const {
   std::lock_guard lock(mu_);
   return overrun_;

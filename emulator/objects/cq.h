@@ -77,6 +77,10 @@ class Cq {
   void Arm(bool solicited_only);
   // Fails with EINVAL when the CQEs already queued would not fit.
   Status Resize(uint32_t new_capacity);
+  // Takes every unpolled CQE of QP (or WQ) `qp_num` out of the ring, the
+  // others keeping their order; returns how many. For a QP moved to RESET,
+  // as libmlx5 and libmlx4 clean the CQ then.
+  size_t RemoveQp(uint32_t qp_num);
 
   bool overrun() const;
   // True exactly once, for the first Push that found the CQ full: the caller

@@ -252,5 +252,29 @@ TEST_F(CqTest, ConcurrentPushAndPollLoseNothing) {
   EXPECT_FALSE(cq.overrun());
 }
 
+TEST_F(CqTest, RemoveQpTakesOnlyThatQpsCqesAndKeepsTheOrder) {
+  Cq cq(4, Count());
+  for (uint64_t i = 1; i <= 4; ++i) {
+    Cqe c = Make(i);
+    c.qp_num = (i % 2) ? 17 : 18;  // 1, 3 from qp 17; 2, 4 from qp 18
+    ASSERT_TRUE(cq.Push(c));
+  }
+  Cqe out[4];
+  ASSERT_EQ(cq.Poll(1, out), 1);  // the head moves: the ring is not at index 0
+  EXPECT_EQ(cq.RemoveQp(17), 1u);
+  EXPECT_EQ(cq.depth(), 2u);
+  Cqe c = Make(5);
+  c.qp_num = 17;
+  ASSERT_TRUE(cq.Push(c));
+  ASSERT_TRUE(cq.Push(Make(6))) << "the removed CQE's slot is free again";
+  EXPECT_FALSE(cq.Push(Make(7)));
+  ASSERT_EQ(cq.Poll(4, out), 4);
+  EXPECT_EQ(out[0].wr_id, 2u);
+  EXPECT_EQ(out[1].wr_id, 4u);
+  EXPECT_EQ(out[2].wr_id, 5u);
+  EXPECT_EQ(out[3].wr_id, 6u);
+  EXPECT_EQ(cq.RemoveQp(17), 0u);
+}
+
 }  // namespace
 }  // namespace rdmaemu::objects

@@ -121,6 +121,42 @@ TEST_F(UdQpTest, PostingInResetFailsAndBeyondCapacityFailsWithEnomem) {
   EXPECT_EQ(ibv_post_recv(qp, &wr, &bad), ENOMEM);
 }
 
+// As libmlx5 and libmlx4 do: a QP modified to RESET takes its unpolled
+// completions out of its CQs, so one brought back from ERR polls only new
+// ones (rdma-core's test_mr restates QPs ERR -> RESET -> RTS and expects so).
+TEST_F(UdQpTest, ResetTakesTheQpsCompletionsOutOfItsCqAndNoOthers) {
+  ibv_qp* a = CreateQp(IBV_QPT_UD, 4);
+  ibv_qp* b = CreateQp(IBV_QPT_UD, 4);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_EQ(ToRts(a), 0);
+  ASSERT_EQ(ToRts(b), 0);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()), 64, mr_->lkey};
+  ibv_recv_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  for (uint64_t id : {1, 2, 3}) {
+    wr.wr_id = id;
+    ASSERT_EQ(ibv_post_recv(id == 2 ? b : a, &wr, &bad), 0);
+  }
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(a, &attr, IBV_QP_STATE), 0);
+  ASSERT_EQ(ibv_modify_qp(b, &attr, IBV_QP_STATE), 0);
+  attr.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(ibv_modify_qp(a, &attr, IBV_QP_STATE), 0);
+  // The flush is done by the time modify_qp returns; b's CQE is there.
+  ibv_wc wc[4];
+  ASSERT_EQ(ibv_poll_cq(cq_, 4, wc), 1);
+  EXPECT_EQ(wc[0].wr_id, 2u);
+  EXPECT_EQ(wc[0].qp_num, b->qp_num);
+  EXPECT_EQ(wc[0].status, IBV_WC_WR_FLUSH_ERR);
+  // a works again from RESET, with its CQ empty of the old completions.
+  ASSERT_EQ(ToRts(a), 0);
+  ASSERT_EQ(ibv_poll_cq(cq_, 4, wc), 0);
+}
+
 TEST_F(UdQpTest, DestroyingACqOrPdInUseFailsWithEbusy) {
   ibv_qp* qp = CreateQp(IBV_QPT_UD);
   ASSERT_NE(qp, nullptr);
