@@ -83,6 +83,31 @@ TEST_F(VerbsTest, ContextHasRdmaCoresExtendedLayout) {
   EXPECT_GE(ctx_->async_fd, 0);
 }
 
+// Every context of a kernel device has a command fd (/dev/infiniband/
+// uverbsN); programs dup it to share the context (ibv_import_device), and
+// rdma-core's test_shared_pd does so before anything else. Ours is an open
+// file of its own, closed with the context; importing it is not supported.
+TEST_F(VerbsTest, ContextHasItsOwnCommandFd) {
+  ASSERT_GE(ctx_->cmd_fd, 0);
+  EXPECT_NE(ctx_->cmd_fd, ctx_->async_fd);
+  EXPECT_TRUE(fcntl(ctx_->cmd_fd, F_GETFD) & FD_CLOEXEC);
+  int copy = dup(ctx_->cmd_fd);
+  ASSERT_GE(copy, 0) << std::strerror(errno);
+  errno = 0;
+  EXPECT_EQ(ibv_import_device(copy), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(close(copy), 0);
+
+  ibv_context* other = ibv_open_device(list_[0]);
+  ASSERT_NE(other, nullptr);
+  EXPECT_NE(other->cmd_fd, ctx_->cmd_fd) << "one per context";
+  const int fd = other->cmd_fd;
+  ASSERT_EQ(ibv_close_device(other), 0);
+  errno = 0;
+  EXPECT_EQ(fcntl(fd, F_GETFD), -1) << "closed with its context";
+  EXPECT_EQ(errno, EBADF);
+}
+
 TEST_F(VerbsTest, EveryOpsSlotIsSet) {
   static_assert(sizeof(ibv_context_ops) % sizeof(void*) == 0);
   void* slots[sizeof(ibv_context_ops) / sizeof(void*)];

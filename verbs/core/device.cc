@@ -1,6 +1,8 @@
 // Device list and contexts: ibv_get_device_list … ibv_close_device.
 #include <endian.h>
 #include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -9,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "emulator/base/log.h"
@@ -157,11 +160,26 @@ ibv_context* ibv_open_device(ibv_device* device) {
     errno = s.code();
     return nullptr;
   }
+  // A kernel device's context has /dev/infiniband/uverbsN open as cmd_fd,
+  // and programs use it as an fd (dup it to share the context with
+  // ibv_import_device, poll it, pass it on). Ours is an empty memory file
+  // named after the device (/proc/PID/fd shows "memfd:rdmaemu-emu0"): a
+  // real descriptor that goes with the context; nothing is read from it.
+  const std::string cmd_name = std::string("rdmaemu-") + device->name;
+  const int cmd_fd = ::memfd_create(cmd_name.c_str(), MFD_CLOEXEC);
+  if (cmd_fd < 0) {
+    const int err = errno;
+    Log().error("cannot open {}: no descriptor for its cmd_fd: {}", device->name, std::strerror(err));
+    delete priv;
+    provider::FreeContext(vctx);
+    errno = err;
+    return nullptr;
+  }
   vctx->priv = priv;
   vctx->sz = sizeof(verbs_context);
   ibv_context& ctx = vctx->context;
   ctx.device = device;
-  ctx.cmd_fd = -1;
+  ctx.cmd_fd = cmd_fd;
   ctx.async_fd = priv->async_events.fd();
   ctx.num_comp_vectors = 1;
   ctx.abi_compat = reinterpret_cast<void*>(std::numeric_limits<uintptr_t>::max());
@@ -183,9 +201,11 @@ ibv_context* ibv_open_device(ibv_device* device) {
 int ibv_close_device(ibv_context* context) {
   verbs_context* vctx = ToVerbsContext(context);
   verbs_ex_private* priv = vctx->priv;
+  const int cmd_fd = context->cmd_fd;
   pthread_mutex_destroy(&context->mutex);
   provider::FreeContext(vctx);
   delete priv;
+  ::close(cmd_fd);
   return 0;
 }
 
