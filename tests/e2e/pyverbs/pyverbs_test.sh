@@ -17,10 +17,16 @@ suite_src=/usr/share/doc/rdma-core/tests
 # (pyenv, a virtualenv) does not see it.
 python=/usr/bin/python3
 
-if [[ ! -x "$python" ]] || ! "$python" -c 'import pyverbs.device' 2>/dev/null ||
-   [[ ! -f "$suite_src/run_tests.py" ]]; then
-  echo "FAIL: python3-pyverbs is not installed (run tools/setup; it installs python3-pyverbs," \
-       "which ships rdma-core's suite in $suite_src)"
+if [[ ! -x "$python" ]] || ! "$python" -c 'import pyverbs.device' 2>/dev/null; then
+  echo "FAIL: python3-pyverbs is not installed for $python (run tools/setup; it installs" \
+       "python3-pyverbs, which ships rdma-core's suite in $suite_src)"
+  exit 1
+fi
+if [[ ! -f "$suite_src/run_tests.py" ]]; then
+  # Slim container images tell dpkg to leave out /usr/share/doc.
+  echo "FAIL: python3-pyverbs is installed but its test suite is not: no $suite_src/run_tests.py" \
+       "(is /usr/share/doc excluded by a dpkg path-exclude, as in slim Docker images? Remove" \
+       "the exclusion and reinstall python3-pyverbs)"
   exit 1
 fi
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
