@@ -53,12 +53,14 @@ bool Cq::Peek(Cqe* out) {
   std::lock_guard lock(mu_);
   if (head_ == tail_) return false;
   *out = ring_[head_ % ring_.size()];
+  peeked_ = true;
   return true;
 }
 
 void Cq::Pop() {
   std::lock_guard lock(mu_);
-  if (head_ != tail_) ++head_;
+  if (peeked_ && head_ != tail_) ++head_;
+  peeked_ = false;
 }
 
 void Cq::Arm(bool solicited_only) {
@@ -89,6 +91,7 @@ Status Cq::Resize(uint32_t new_capacity) {
 size_t Cq::RemoveQp(uint32_t qp_num) {
   std::lock_guard lock(mu_);
   uint64_t kept = head_;
+  if (head_ != tail_ && ring_[head_ % ring_.size()].qp_num == qp_num) peeked_ = false;
   for (uint64_t at = head_; at != tail_; ++at) {
     const Cqe& c = ring_[at % ring_.size()];
     if (c.qp_num == qp_num) continue;

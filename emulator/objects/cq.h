@@ -71,6 +71,7 @@ class Cq {
   int Poll(int max, Cqe* out);
   // Looks at the oldest CQE without taking it (for the extended poll API).
   bool Peek(Cqe* out);
+  // Takes the CQE the last Peek saw; nothing if RemoveQp took it meanwhile.
   void Pop();
 
   // One-shot: the next completion (or the next solicited one) notifies.
@@ -98,6 +99,10 @@ class Cq {
   ArmState arm_ = ArmState::kDisarmed;  // guarded by mu_
   bool overrun_ = false;                // guarded by mu_
   bool overrun_noticed_ = false;        // guarded by mu_
+  // Peek saw the head and no Pop took it yet; RemoveQp clears it when it
+  // takes that CQE out, so the Pop of an extended-poll session does not
+  // take the next one (the application never saw that one).
+  bool peeked_ = false;  // guarded by mu_
   const Notifier notifier_;
   const uint64_t handle_;
 };

@@ -79,6 +79,40 @@ TEST_F(CqTest, PeekLooksWithoutTakingAndPopTakes) {
   EXPECT_FALSE(cq.Peek(&c));
 }
 
+// ibv_end_poll after ibv_next_poll found the CQ empty: a completion that
+// arrives in between was never seen, so it must stay for the next poll.
+TEST_F(CqTest, PopTakesOnlyWhatPeekSaw) {
+  Cq cq(4, nullptr);
+  Cqe c;
+  ASSERT_TRUE(cq.Push(Make(1)));
+  ASSERT_TRUE(cq.Peek(&c));
+  cq.Pop();                      // ibv_next_poll: takes 1 ...
+  EXPECT_FALSE(cq.Peek(&c));     // ... and finds nothing more
+  ASSERT_TRUE(cq.Push(Make(2)));  // the device completes meanwhile
+  cq.Pop();                      // ibv_end_poll
+  ASSERT_TRUE(cq.Peek(&c));
+  EXPECT_EQ(c.wr_id, 2u);
+}
+
+// A QP reset by another thread during an extended-poll session: its CQE
+// under the cursor goes, and the session's Pop does not take the next one.
+TEST_F(CqTest, RemoveQpOfThePeekedCqeLeavesTheNextOneForThePoller) {
+  Cq cq(4, nullptr);
+  Cqe a = Make(1), b = Make(2);
+  a.qp_num = 17;
+  b.qp_num = 18;
+  ASSERT_TRUE(cq.Push(a));
+  ASSERT_TRUE(cq.Push(b));
+  Cqe c;
+  ASSERT_TRUE(cq.Peek(&c));
+  EXPECT_EQ(c.wr_id, 1u);
+  EXPECT_EQ(cq.RemoveQp(17), 1u);
+  cq.Pop();
+  ASSERT_TRUE(cq.Peek(&c));
+  EXPECT_EQ(c.wr_id, 2u);
+  EXPECT_EQ(cq.depth(), 1u);
+}
+
 TEST_F(CqTest, FullCqRefusesPushAndIsOverrun) {
   Cq cq(3, Count());
   cq.Arm(false);
