@@ -115,6 +115,14 @@ void Engine::Progress(Qp& qp, Clock::time_point now) {
     CheckDrained(qp);
     return;
   }
+  // A WQE that failed locally completes when it reaches the front, after
+  // the ACKs of those ahead of it (AckUpTo); at the front already, no ACK
+  // will ever come for it: it fails now, as a NIC's would.
+  if (!qp.inflight.empty() && qp.inflight.front().packets == 0) {
+    FailQp(qp, static_cast<objects::WcStatus>(qp.inflight.front().read_bytes),
+           "a local protection error");
+    return;
+  }
   if (!qp.inflight.empty()) active_.insert(qp.qpn);
   CheckDrained(qp);
 }

@@ -258,6 +258,43 @@ TEST_F(RequesterTest, RemoteOperationalNakCompletesWithRemOpErr) {
   EXPECT_EQ(emu_.State(qp), IBV_QPS_ERR);
 }
 
+// A WQE whose local SGE is outside every region fails at once with a local
+// protection error when nothing is ahead of it: no packet, no waiting for an
+// ACK that can never come (it used to time out into RETRY_EXC_ERR after
+// every retry; rdma-core's test_atomic_invalid_lkey saw that).
+TEST_F(RequesterTest, LocalProtectionErrorAtTheFrontCompletesAtOnce) {
+  ibv_qp* qp = emu_.ConnectedQp();
+  ASSERT_NE(qp, nullptr);
+  const auto start = Clock::now();
+  ASSERT_EQ(emu_.PostSend(qp, 7, IBV_WR_SEND, *buf_, buf_->data.size(), 64), 0);
+  auto wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->wr_id, 7u);
+  EXPECT_EQ(wc->status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_LT(Clock::now() - start, 1s) << "not after the transport timer";
+  EXPECT_EQ(emu_.State(qp), IBV_QPS_ERR);
+  EXPECT_FALSE(peer_->Receive(50ms).has_value()) << "nothing goes out";
+}
+
+// Behind a sent WQE it waits for that one's ACK: completions stay in order.
+TEST_F(RequesterTest, LocalProtectionErrorBehindASendCompletesAfterItsAck) {
+  ibv_qp* qp = emu_.ConnectedQp();
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(emu_.PostSend(qp, 1, IBV_WR_SEND, *buf_, 0, 64), 0);
+  EXPECT_EQ(NextRequest().psn, 500u);
+  ASSERT_EQ(emu_.PostSend(qp, 2, IBV_WR_RDMA_READ, *buf_, buf_->data.size(), 64, 0x10000, 0x1234),
+            0);
+  EXPECT_TRUE(emu_.PollAll(20ms).empty()) << "completed before the first one's ACK";
+  Ack(qp, 500);
+  auto wcs = emu_.PollAll(100ms);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wcs[1].wr_id, 2u);
+  EXPECT_EQ(wcs[1].status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(emu_.State(qp), IBV_QPS_ERR);
+}
+
 TEST_F(RequesterTest, OneAckForTheLastOfSeveralSendsCompletesThemAllInOrder) {
   ibv_qp* qp = emu_.ConnectedQp();
   ASSERT_NE(qp, nullptr);
