@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 #include <set>
 #include <tuple>
 
@@ -82,7 +83,7 @@ std::vector<uint8_t> Build(Opcode op, uint32_t qpn, uint32_t psn, size_t payload
 
 struct Harness {
   explicit Harness(std::string_view rules, std::vector<uint64_t> rates = {kRate100G})
-      : injector("emu0", std::move(rates)) {
+      : owned(std::make_unique<Injector>("emu0", std::move(rates))), injector(*owned) {
     Status s = injector.Add(rules);
     EXPECT_TRUE(s.ok()) << s.message();
     to.sin_family = AF_INET;
@@ -105,7 +106,10 @@ struct Harness {
     sink.now += d;
     return injector.Flush(sink.now, sink);
   }
-  Injector injector;
+  // On the heap: an Injector holds two 1 MiB occurrence tables, and a test
+  // with several Harnesses in one frame overflowed the stack under ASan.
+  std::unique_ptr<Injector> owned;
+  Injector& injector;
   FakeSink sink;
   sockaddr_in to{};
 };
