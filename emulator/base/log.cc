@@ -26,9 +26,13 @@ spdlog::level::level_enum LevelFromEnv() {
 
 spdlog::logger& Log() {
   // Never registered globally: the application may use spdlog itself.
-  static std::shared_ptr<spdlog::logger> logger = [] {
+  // Never destroyed: a program may exit with QPs still working, and the
+  // engine thread then logs (a retry running out, say) while exit() runs
+  // the static destructors; a destroyed logger was a use-after-free there
+  // (ThreadSanitizer caught it under Debian's ibv_srq_pingpong).
+  static spdlog::logger* const logger = [] {
     auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
-    auto l = std::make_shared<spdlog::logger>("rdmaemu", sink);
+    auto* l = new spdlog::logger("rdmaemu", sink);
     l->set_pattern("rdmaemu[%P] %^%l%$: %v");
     l->set_level(LevelFromEnv());
     l->flush_on(spdlog::level::trace);

@@ -976,8 +976,10 @@ struct Engines {
   std::unordered_map<int, std::weak_ptr<Engine>> by_index;  // guarded by mu
 };
 Engines& RunningEngines() {
-  static Engines engines;
-  return engines;
+  // Never destroyed, as the logger: engine threads outlive exit()'s static
+  // destructors when a program exits with devices open.
+  static Engines* engines = new Engines();
+  return *engines;
 }
 
 }  // namespace
