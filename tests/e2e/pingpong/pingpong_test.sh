@@ -17,6 +17,14 @@ libdir=$(mktemp -d)
 trap 'rm -rf "$libdir"' EXIT
 cp "$lib_src" "$libdir/libibverbs.so.1"
 
+# Built with --config=asan or tsan (tools/test's sanitizer runs), the
+# library needs its sanitizer's runtime loaded first, which an unmodified
+# program does not do: preload it into the program alone (`env` after
+# `timeout`), so Debian's binaries run on the sanitized library and a
+# sanitizer report fails the run (exit status 1 for ASan, 66 for TSan).
+preload=$(ldd "$lib_src" | awk '/lib(asan|tsan)\.so/ { print $3; exit }')
+[ -n "$preload" ] && echo "the library is sanitized: preloading $preload"
+
 case "$program" in
   ibv_ud_pingpong) sizes=(1 100 1024 2048 4096) ;;
   *) sizes=(1 100 4096 65536) ;;
@@ -29,12 +37,12 @@ run_pair() {  # engine, args...
   local engine="$1"; shift
   port=$(( port + 1 ))
   local log="$libdir/server.$port.log"
-  RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 60 \
+  RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 60 env LD_PRELOAD="$preload" \
     "$program" -g 0 -p "$port" -n "$iters" "$@" >"$log" 2>&1 &
   local server=$!
   sleep 0.3
   local out
-  out=$(RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 60 \
+  out=$(RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 60 env LD_PRELOAD="$preload" \
     "$program" -g 0 -p "$port" -n "$iters" "$@" 127.0.0.1 2>&1)
   local client_rc=$?
   wait "$server"
@@ -57,7 +65,7 @@ for engine in uring epoll; do
 done
 
 # Without -g the address has no GRH: refused on RoCE, as real RoCE refuses it.
-out=$(LD_LIBRARY_PATH="$libdir" timeout 20 "$program" -p $(( port + 1 )) 127.0.0.9 2>&1)
+out=$(LD_LIBRARY_PATH="$libdir" timeout 20 env LD_PRELOAD="$preload" "$program" -p $(( port + 1 )) 127.0.0.9 2>&1)
 if [ $? -eq 0 ]; then
   echo "FAIL: $program without -g succeeded; RoCE needs a GRH"; failures=$(( failures + 1 ))
 fi
