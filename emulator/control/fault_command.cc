@@ -8,6 +8,7 @@
 // `fault list` shows them all, and a rule meant for one device of several
 // says so with `dev=NAME`.
 #include <algorithm>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -91,10 +92,12 @@ Reply Add(const std::vector<Running>& targets, Words words) {
   if (Status s = CheckDeviceFilters(*set, targets); !s.ok()) return FromStatus("fault", s);
   // Check-then-apply over several devices: a device's own refusal (a port
   // it lacks) must leave the others unchanged too, so each checks the text
-  // on a scratch injector of its shape before any gets it.
+  // on a scratch injector of its shape before any gets it (on the heap: an
+  // injector holds 2 MiB of occurrence tables).
   for (const Running& r : targets) {
-    fault::Injector scratch(r.device->name(), std::vector<uint64_t>(r.device->num_ports(), 0));
-    if (Status s = scratch.Add(text); !s.ok()) {
+    auto scratch = std::make_unique<fault::Injector>(r.device->name(),
+                                                     std::vector<uint64_t>(r.device->num_ports(), 0));
+    if (Status s = scratch->Add(text); !s.ok()) {
       return Failure(fmt::format("fault: {}: {}", r.device->name(), s.message()));
     }
   }
