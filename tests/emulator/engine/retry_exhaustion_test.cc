@@ -26,9 +26,11 @@ TEST_F(RequesterTest, SendIsRetransmittedOnTimeoutAndRetryExhaustionGoesToErrAnd
   p.retry_cnt = 3;
   ibv_qp* qp = emu_.ConnectedQp(p);
   ASSERT_NE(qp, nullptr);
+  // Read before the post: the engine thread may send and start its timer
+  // before PostSend returns.
+  const auto posted = Clock::now();
   ASSERT_EQ(emu_.PostSend(qp, 1, IBV_WR_SEND, *buf_, 0, 64), 0);
 
-  const auto posted = Clock::now();
   std::vector<Clock::time_point> at;
   for (int i = 0; i < 1 + 3; ++i) {
     RxPacket rx = NextRequest();
@@ -43,8 +45,8 @@ TEST_F(RequesterTest, SendIsRetransmittedOnTimeoutAndRetryExhaustionGoesToErrAnd
   // Each retransmission waits for the timer after the previous one: the
   // QP's 4 ms are below the engine's floor for a software peer, which is
   // 5 ms and doubles with each timeout in a row (5, 10, 20 ms). Measured
-  // from the post, which comes before the first transmission, so a slow
-  // test thread cannot make a gap look short.
+  // from just before the post, so neither a slow test thread nor a fast
+  // engine thread can make a gap look short.
   const std::chrono::milliseconds floor_sum[] = {0ms, 5ms, 15ms, 35ms};
   for (size_t i = 1; i < at.size(); ++i) {
     EXPECT_GE(at[i] - posted, floor_sum[i]) << "retransmission " << i << " came before the timer";
