@@ -259,8 +259,11 @@ void Engine::RemoveQp(uint32_t qpn) {
     qps_.erase(it);
   }
   // The loop thread works on a QP only under its mu, holding a reference it
-  // found before we unpublished it: taking mu once orders us after that use.
+  // may have found before we unpublished it: taking mu orders us after a use
+  // in progress, and `removed` stops every later one (qp.h). Checking the
+  // table again under mu would not do: FindQp and the lock are two steps.
   std::lock_guard lock(qp->mu);
+  qp->removed = true;
 }
 
 void Engine::AddWq(std::shared_ptr<Wq> wq) {
@@ -319,7 +322,7 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
   for (uint32_t qpn : rung) {
     if (auto qp = FindQp(qpn)) {
       std::lock_guard lock(qp->mu);
-      Progress(*qp, now);
+      if (!qp->removed) Progress(*qp, now);
     }
   }
   // Iterate over a snapshot: a QP that fails here (retries exhausted)
@@ -336,6 +339,10 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
       continue;
     }
     std::lock_guard lock(qp->mu);
+    if (qp->removed) {
+      active_.erase(qpn);
+      continue;
+    }
     CheckTimers(*qp, now);
     Progress(*qp, now);
     if (qp->inflight.empty() && (qp->sq.empty() || qp->attrs.state != QpState::kRts)) {
@@ -465,6 +472,7 @@ void Engine::FailAllQps() {
   // events are not raised: a dead device reports only DEVICE_FATAL.
   for (const auto& qp : all) {
     std::lock_guard lock(qp->mu);
+    if (qp->removed) continue;
     qp->attrs.state = QpState::kErr;
     std::vector<std::pair<objects::Cq*, objects::Cqe>> cqes;
     FlushLocked(*qp, cqes);
@@ -771,6 +779,10 @@ void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
     return;
   }
   std::lock_guard lock(qp->mu);
+  if (qp->removed) {  // destroyed since FindQp: as if it had not been found
+    CountPort(port, &Counters::dropped_unknown_qpn);
+    return;
+  }
   if (!PkeyAccepted(*qp, *packet)) return;
   const QpState state = qp->attrs.state;
   // RC/UC packets come only from the connected peer, on the QP's port (or
@@ -814,6 +826,10 @@ void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
 void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagram& d,
                        uint8_t port) {
   std::lock_guard lock(qp.mu);
+  if (qp.removed) {  // destroyed since FindQp: as if it had not been found
+    CountPort(port, &Counters::dropped_unknown_qpn);
+    return;
+  }
   QpState state = qp.attrs.state;
   // A UD QP is bound to one port and hears only what arrives there.
   if (port != qp.attrs.port) {

@@ -144,6 +144,11 @@ struct Qp {
   RxHashConfig rx_hash;
 
   std::mutex mu;
+  // Set under mu by Engine::RemoveQp (ibv_destroy_qp). The loop thread may
+  // have found the QP just before it was unpublished and take mu only after
+  // the destroy returned, when its CQs may be gone too: it checks this
+  // first, under mu, and leaves the QP alone.
+  bool removed = false;
   TransportAttrs attrs;
   std::deque<SendWqe> sq;        // posted, not yet started
   std::deque<RecvWqe> rq;
