@@ -769,9 +769,12 @@ void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
                        (t == wire::Transport::kRc && qp->type == QpType::kRc) ||
                        (t == wire::Transport::kUc && qp->type == QpType::kUc);
   if (!type_ok) {
-    Count(qp.get(), &Counters::dropped_bad_state);
-    RDMAEMU_WARN_LIMITED("qp#{}: dropped a {} packet: wrong transport for a {} QP", qp->qpn,
-                         packet->info().name, static_cast<int>(qp->type));
+    // Counted on the receiving port: the QP's path (attrs) needs qp->mu.
+    CountPort(port, &Counters::dropped_bad_state);
+    CountOnQp(*qp, &Counters::dropped_bad_state);
+    RDMAEMU_WARN_LIMITED("{} qp#{}: dropped a {} packet from {}: wrong transport for a {} QP",
+                         device_->name(), qp->qpn, packet->info().name, net::ToString(d.src),
+                         qp->type == QpType::kRc ? "RC" : qp->type == QpType::kUc ? "UC" : "UD");
     return;
   }
   if (qp->type == QpType::kUd) {

@@ -109,6 +109,35 @@ TEST_F(CountersTest, DropsCountOnThePortAndTheQpTheyReached) {
   EXPECT_EQ(q.dropped_icrc, 0u);
 }
 
+// A packet of another transport for one of our QP numbers (a UC peer of an
+// earlier process that had our address, say) is dropped and counted on the
+// port it arrived on, while the application modifies the QP: counting it
+// must not read the QP's path, which ibv_modify_qp writes under the QP's
+// lock (a data race ThreadSanitizer reported with ibv_srq_pingpong).
+TEST_F(CountersTest, WrongTransportCountsOnThePortItArrivedOnDuringModify) {
+  ibv_qp* qp = emu_.CreateQp();
+  ASSERT_NE(qp, nullptr);
+  const auto q0 = Qp(qp);
+  const auto p0 = Port(emu_.ctx(), 1);
+  constexpr int kPackets = 200;
+  std::thread stray([&] {
+    for (int i = 0; i < kPackets; ++i) {
+      peer_->Send(FakePeer::Request(Opcode::UC_SEND_ONLY, qp->qp_num, 100 + i), std::vector<uint8_t>(16, 1));
+    }
+  });
+  RcParams p;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(emu_.ToInit(qp, p), 0);  // writes the QP's port
+    ibv_qp_attr reset{};
+    reset.qp_state = IBV_QPS_RESET;
+    ASSERT_EQ(ibv_modify_qp(qp, &reset, IBV_QP_STATE), 0);
+  }
+  stray.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(Qp(qp).dropped_bad_state - q0.dropped_bad_state, uint64_t{kPackets});
+  EXPECT_EQ(Port(emu_.ctx(), 1).dropped_bad_state - p0.dropped_bad_state, uint64_t{kPackets});
+}
+
 TEST_F(CountersTest, RnrNakDuplicateOutOfSequenceAndRkeyViolation) {
   ibv_qp* qp = emu_.ConnectedQp();
   ASSERT_NE(qp, nullptr);
