@@ -630,6 +630,7 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
       eqp.nak_sent = eqp.uc_resync = eqp.rnr_waiting = false;
       eqp.msn = 0;
       eqp.comm_est = false;
+      eqp.cwnd.Reset();
       t.alt_port = 0;
       t.alt_dest_ip = 0;
       t.mig_state = engine::MigState::kMigrated;

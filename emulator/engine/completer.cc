@@ -61,6 +61,7 @@ void Engine::AckUpTo(Qp& qp, uint32_t psn) {
   bool progress = false;
   if (wire::PsnDiff(psn, qp.last_acked_psn) > 0 &&
       wire::PsnDiff(psn, wire::PsnAdd(qp.next_send_psn, -1)) <= 0) {
+    qp.cwnd.OnAck(static_cast<uint32_t>(wire::PsnDiff(psn, qp.last_acked_psn)));
     qp.last_acked_psn = psn;
     progress = true;
   }
@@ -236,8 +237,10 @@ void Engine::CheckTimers(Qp& qp, Clock::time_point now) {
   if (qp.timeouts_in_row < 255) ++qp.timeouts_in_row;
   // A sequence NAK after our timeout retransmission is a fresh one.
   qp.nak_retry_pending = false;
-  Log().debug("{} qp#{}: transport timeout, retransmitting from psn {} ({} retries left)",
-              device_->name(), qp.qpn, qp.inflight.front().first_psn, qp.retries_left);
+  qp.cwnd.OnTimeout(static_cast<uint32_t>(wire::PsnDiff(qp.next_send_psn, qp.last_acked_psn) - 1));
+  Log().debug("{} qp#{}: transport timeout, retransmitting from psn {} ({} retries left); "
+              "congestion window 1 PSN (slow start up to {})",
+              device_->name(), qp.qpn, qp.inflight.front().first_psn, qp.retries_left, qp.cwnd.threshold());
   RetransmitFrom(qp, qp.inflight.front().first_psn);
 }
 

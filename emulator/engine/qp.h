@@ -18,6 +18,7 @@
 #include <mutex>
 #include <utility>
 
+#include "emulator/engine/congestion.h"
 #include "emulator/engine/counters.h"
 #include "emulator/engine/work.h"
 #include "emulator/engine/wq.h"
@@ -157,6 +158,7 @@ struct Qp {
   // Requester and completer.
   uint32_t next_send_psn = 0;    // the PSN the next new request gets
   uint32_t last_acked_psn = 0;   // the newest PSN the responder acknowledged
+  CongestionWindow cwnd;         // how far past last_acked_psn requests may go
   std::deque<Inflight> inflight; // started, not yet completed, in PSN order
   uint8_t retries_left = 0;
   uint8_t rnr_retries_left = 0;

@@ -17,11 +17,15 @@
 namespace rdmaemu::engine {
 namespace {
 
-// PSNs in flight beyond the last acknowledged one. Long messages ask for an
-// ACK every kPacketsPerAck packets (as rxe does), so the window slides
-// within a message too.
-constexpr int32_t kMaxUnackedPsns = 512;
+// Long messages ask for an ACK every kPacketsPerAck packets (as rxe does),
+// and the packet at the edge of the congestion window asks for one too, so
+// the window slides within a message.
 constexpr uint32_t kPacketsPerAck = 64;
+
+// Whether a request with this PSN fits the QP's congestion window.
+bool InWindow(const Qp& qp, uint32_t psn) {
+  return wire::PsnDiff(psn, qp.last_acked_psn) <= static_cast<int32_t>(qp.cwnd.size());
+}
 
 bool IsReadOrAtomic(SendOp op) {
   return op == SendOp::kRdmaRead || op == SendOp::kCompareSwap || op == SendOp::kFetchAdd;
@@ -95,7 +99,7 @@ void Engine::Progress(Qp& qp, Clock::time_point now) {
     if (f.packets == 0) break;  // a WQE that failed locally: nothing after it goes out
     const uint32_t last = LastRequestPsn(f);
     while (wire::PsnDiff(f.next_psn, last) <= 0) {
-      if (qp.type == QpType::kRc && wire::PsnDiff(f.next_psn, qp.last_acked_psn) > kMaxUnackedPsns) break;
+      if (qp.type == QpType::kRc && !InWindow(qp, f.next_psn)) break;
       SendRequest(qp, f, f.next_psn);
       f.next_psn = wire::PsnNext(f.next_psn);
     }
@@ -147,8 +151,10 @@ size_t Engine::AdmitWqes(Qp& qp, size_t limit) {
     // A fenced WQE waits for every earlier READ and atomic (IBA 10.8.3.3).
     if (w.fence && outstanding_rd > 0) break;
     if (rd && outstanding_rd >= std::max<int>(1, qp.attrs.max_rd_atomic)) break;
-    // UC has no acknowledgements and so no window.
-    if (qp.type == QpType::kRc && wire::PsnDiff(qp.next_send_psn, qp.last_acked_psn) > kMaxUnackedPsns) {
+    // UC has no acknowledgements and so no window. Admission looks at the
+    // largest window; sending (Progress) at the current one.
+    if (qp.type == QpType::kRc &&
+        wire::PsnDiff(qp.next_send_psn, qp.last_acked_psn) > static_cast<int32_t>(CongestionWindow::kMax)) {
       break;
     }
     if (qp.inflight.empty()) {
@@ -239,7 +245,8 @@ void Engine::SendRequest(Qp& qp, Inflight& f, uint32_t psn) {
         p.bth.solicited = last && w.solicited;
       }
       p.opcode = OnTransport(qp.type, op);
-      p.bth.ack_req = qp.type == QpType::kRc && (last || (index + 1) % kPacketsPerAck == 0);
+      p.bth.ack_req = qp.type == QpType::kRc &&
+                      (last || (index + 1) % kPacketsPerAck == 0 || !InWindow(qp, wire::PsnNext(psn)));
       p.reth = {w.remote_addr, w.rkey, static_cast<uint32_t>(w.length)};
       p.imm = ntohl(w.imm_data);
       p.invalidate_rkey = w.invalidate_rkey;

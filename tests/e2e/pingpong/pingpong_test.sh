@@ -3,16 +3,11 @@
 # on the emulator, on both engines, with and without completion events
 # (-e), at sizes from 1 byte to 64 KiB (UD up to the MTU), validating the
 # buffer (-c).
-#   pingpong_test.sh LIBIBVERBS PROGRAM [--sizes S1,S2,...] [EXTRA_ARGS...]
+#   pingpong_test.sh LIBIBVERBS PROGRAM [EXTRA_ARGS...]
 set -u
 lib_src="$1"
 program="$2"
 shift 2
-sizes=()
-if [ "${1:-}" = "--sizes" ]; then
-  IFS=, read -r -a sizes <<<"$2"
-  shift 2
-fi
 extra=("$@")
 if ! command -v "$program" >/dev/null; then
   echo "SKIP: $program is not installed (tools/setup installs ibverbs-utils)"
@@ -30,12 +25,10 @@ cp "$lib_src" "$libdir/libibverbs.so.1"
 preload=$(ldd "$lib_src" | awk '/lib(asan|tsan)\.so/ { print $3; exit }')
 [ -n "$preload" ] && echo "the library is sanitized: preloading $preload"
 
-if [ ${#sizes[@]} -eq 0 ]; then
-  case "$program" in
-    ibv_ud_pingpong) sizes=(1 100 1024 2048 4096) ;;
-    *) sizes=(1 100 4096 65536) ;;
-  esac
-fi
+case "$program" in
+  ibv_ud_pingpong) sizes=(1 100 1024 2048 4096) ;;
+  *) sizes=(1 100 4096 65536) ;;
+esac
 
 failures=0
 port=$(( 20000 + RANDOM % 20000 ))

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "emulator/engine/engine.h"
 #include "emulator/wire/psn.h"
@@ -205,6 +207,50 @@ TEST_F(RequesterTest, MultiPacketSendIsSegmentedAndRetransmittedFromTheNakedPsn)
   ASSERT_TRUE(wc.has_value());
   EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
   EXPECT_EQ(wc->byte_len, 2500u);
+}
+
+// A transport timeout says the responder is not keeping up: the requester
+// goes back to one packet in flight (asking for its ACK) and each
+// acknowledged PSN opens the window by one, up to half the window that timed
+// out, then by one per window. Without it, every timeout resent the whole
+// window and a slowed peer never caught up (congestion.h).
+TEST_F(RequesterTest, TimeoutShrinksTheWindowToOnePacketAndAcksReopenIt) {
+  RcParams p;
+  p.timeout = 14;  // 67 ms: the test answers well within it
+  ibv_qp* qp = emu_.ConnectedQp(p);
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(emu_.PostSend(qp, 1, IBV_WR_SEND, *buf_, 0, 16384), 0);  // 16 packets
+  for (uint32_t psn = 500; psn <= 515; ++psn) {
+    RxPacket rx = NextRequest();
+    ASSERT_EQ(rx.psn, psn);
+    EXPECT_EQ(rx.ack_req, psn == 515) << psn;
+  }
+  // Nothing is acknowledged: the timer fires and only the first PSN goes.
+  RxPacket rx = NextRequest();
+  ASSERT_EQ(rx.psn, 500u);
+  EXPECT_TRUE(rx.ack_req) << "the packet at the window's edge asks for an ACK";
+  EXPECT_FALSE(peer_->Receive(20ms).has_value()) << "more than one packet in flight after a timeout";
+  // Each round sends the next window; the last packet of each asks for the
+  // ACK. Slow start doubles the window up to 8 (half of the 16 that timed
+  // out), then it grows by one.
+  const std::vector<std::pair<uint32_t, uint32_t>> rounds = {
+      {501, 502}, {503, 506}, {507, 514}, {515, 515}};
+  uint32_t acked = 500;
+  for (auto [first, last] : rounds) {
+    Ack(qp, acked);
+    for (uint32_t psn = first; psn <= last; ++psn) {
+      rx = NextRequest();
+      ASSERT_EQ(rx.psn, psn);
+      EXPECT_EQ(rx.ack_req, psn == last) << psn;
+    }
+    EXPECT_FALSE(peer_->Receive(20ms).has_value()) << "sent past the window ending at " << last;
+    acked = last;
+  }
+  Ack(qp, 515);
+  auto wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc->byte_len, 16384u);
 }
 
 TEST_F(RequesterTest, RemoteAccessNakCompletesWithRemAccessErr) {
