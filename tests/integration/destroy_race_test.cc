@@ -9,71 +9,47 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <vector>
+
+#include "tests/testing/verbs_test.h"
 
 namespace rdmaemu::testing {
 namespace {
 
 constexpr uint32_t kQkey = 0x11111111;
 
-ibv_qp* UdQpInRts(ibv_pd* pd, ibv_cq* cq) {
-  ibv_qp_init_attr init{};
-  init.send_cq = cq;
-  init.recv_cq = cq;
-  init.qp_type = IBV_QPT_UD;
-  init.cap.max_send_wr = 64;
-  init.cap.max_recv_wr = 1;
-  init.cap.max_send_sge = 1;
-  init.cap.max_recv_sge = 1;
-  ibv_qp* qp = ibv_create_qp(pd, &init);
-  if (qp == nullptr) return nullptr;
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qkey = kQkey;
-  bool ok = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) == 0;
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  ok = ok && ibv_modify_qp(qp, &a, IBV_QP_STATE) == 0;
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = 1;
-  ok = ok && ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0;
-  if (!ok) {
-    ibv_destroy_qp(qp);
-    return nullptr;
+class DestroyRaceTest : public VerbsTest {
+ protected:
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(Open(1, 4096, IBV_ACCESS_LOCAL_WRITE)); }
+
+  // A UD QP in RTS on `cq`, with room for 64 sends; the test destroys it.
+  ibv_qp* UdQpInRts(ibv_cq* cq) {
+    ibv_qp_init_attr init{};
+    init.send_cq = cq;
+    init.recv_cq = cq;
+    init.qp_type = IBV_QPT_UD;
+    init.cap.max_send_wr = 64;
+    init.cap.max_recv_wr = 1;
+    init.cap.max_send_sge = 1;
+    init.cap.max_recv_sge = 1;
+    ibv_qp* qp = ibv_create_qp(pd_, &init);
+    if (qp != nullptr && UdToRts(qp, kQkey, 1) != 0) {
+      ibv_destroy_qp(qp);
+      return nullptr;
+    }
+    return qp;
   }
-  return qp;
-}
+};
 
-TEST(DestroyRaceTest, QpAndCqDestroyedWhileTheEngineSendsAreNeverTouchedAgain) {
-  ibv_device** list = ibv_get_device_list(nullptr);
-  ASSERT_NE(list, nullptr);
-  ASSERT_NE(list[0], nullptr);
-  ibv_context* ctx = ibv_open_device(list[0]);
-  ASSERT_NE(ctx, nullptr);
-  ibv_pd* pd = ibv_alloc_pd(ctx);
-  ASSERT_NE(pd, nullptr);
-  std::vector<uint8_t> buf(4096, 7);
-  ibv_mr* mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
-  ASSERT_NE(mr, nullptr);
-  ibv_gid gid;
-  ASSERT_EQ(ibv_query_gid(ctx, 1, 0, &gid), 0);
-  ibv_ah_attr ah_attr{};
-  ah_attr.is_global = 1;
-  ah_attr.grh.dgid = gid;
-  ah_attr.grh.hop_limit = 1;
-  ah_attr.port_num = 1;
-  ibv_ah* ah = ibv_create_ah(pd, &ah_attr);
+TEST_F(DestroyRaceTest, QpAndCqDestroyedWhileTheEngineSendsAreNeverTouchedAgain) {
+  ibv_ah* ah = CreateSelfAh();
   ASSERT_NE(ah, nullptr);
-
   for (int round = 0; round < 300; ++round) {
-    ibv_cq* cq = ibv_create_cq(ctx, 128, nullptr, nullptr, 0);
+    ibv_cq* cq = ibv_create_cq(ctx_, 128, nullptr, nullptr, 0);
     ASSERT_NE(cq, nullptr);
-    ibv_qp* qp = UdQpInRts(pd, cq);
+    ibv_qp* qp = UdQpInRts(cq);
     ASSERT_NE(qp, nullptr);
     for (int i = 0; i < 64; ++i) {
-      ibv_sge sge{reinterpret_cast<uintptr_t>(buf.data()), 256, mr->lkey};
+      ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()), 256, mr_->lkey};
       ibv_send_wr wr{};
       wr.wr_id = static_cast<uint64_t>(i);
       wr.sg_list = &sge;
@@ -90,12 +66,7 @@ TEST(DestroyRaceTest, QpAndCqDestroyedWhileTheEngineSendsAreNeverTouchedAgain) {
     ASSERT_EQ(ibv_destroy_qp(qp), 0);
     ASSERT_EQ(ibv_destroy_cq(cq), 0);
   }
-
   EXPECT_EQ(ibv_destroy_ah(ah), 0);
-  EXPECT_EQ(ibv_dereg_mr(mr), 0);
-  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
-  EXPECT_EQ(ibv_close_device(ctx), 0);
-  ibv_free_device_list(list);
 }
 
 }  // namespace

@@ -45,6 +45,37 @@ class VerbsTest : public ::testing::Test {
     ASSERT_EQ(fcntl(ctx_->async_fd, F_SETFL, flags | O_NONBLOCK), 0);
   }
 
+  // Moves a UD QP from RESET to RTS on port 1 with `qkey`; 0 or the errno
+  // of the modify that failed.
+  static int UdToRts(ibv_qp* qp, uint32_t qkey, uint32_t sq_psn) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qkey = qkey;
+    if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)) return rc;
+    a = {};
+    a.qp_state = IBV_QPS_RTR;
+    if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE)) return rc;
+    a = {};
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = sq_psn;
+    return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+  }
+
+  // An address handle to this device itself (port 1, GID index 0), for UD
+  // sends between the test's own QPs; nullptr on failure. The test
+  // destroys it.
+  ibv_ah* CreateSelfAh() {
+    ibv_gid gid;
+    if (ibv_query_gid(ctx_, 1, 0, &gid) != 0) return nullptr;
+    ibv_ah_attr a{};
+    a.is_global = 1;
+    a.grh.dgid = gid;
+    a.grh.hop_limit = 1;
+    a.port_num = 1;
+    return ibv_create_ah(pd_, &a);
+  }
+
   // Keeps `qp` for TearDown to destroy.
   ibv_qp* Own(ibv_qp* qp) {
     if (qp != nullptr) qps_.push_back(qp);

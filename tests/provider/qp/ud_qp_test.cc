@@ -31,20 +31,7 @@ class UdQpTest : public rdmaemu::testing::VerbsTest {
     return qp;
   }
 
-  int ToRts(ibv_qp* qp) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qkey = 0x11111111;
-    if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)) return rc;
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE)) return rc;
-    a = {};
-    a.qp_state = IBV_QPS_RTS;
-    a.sq_psn = 7;
-    return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
-  }
+  int ToRts(ibv_qp* qp) { return UdToRts(qp, 0x11111111, 7); }
 
 };
 
@@ -172,14 +159,7 @@ TEST_F(UdQpTest, UdSendArrivesWithGrhAreaSourceQpAndImmediate) {
   ASSERT_EQ(ToRts(a), 0);
   ASSERT_EQ(ToRts(b), 0);
 
-  ibv_gid gid;
-  ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &gid), 0);
-  ibv_ah_attr ah_attr{};
-  ah_attr.is_global = 1;
-  ah_attr.grh.dgid = gid;
-  ah_attr.grh.hop_limit = 1;
-  ah_attr.port_num = 1;
-  ibv_ah* ah = ibv_create_ah(pd_, &ah_attr);
+  ibv_ah* ah = CreateSelfAh();
   ASSERT_NE(ah, nullptr);
 
   uint8_t* rx = buf_.data() + 4096;

@@ -454,28 +454,8 @@ TEST_F(QpExTest, UdSendThroughTheNewApi) {
   ibv_qp* b = CreateQpEx(IBV_QPT_UD, IBV_QP_EX_WITH_SEND);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
-  for (ibv_qp* qp : {a, b}) {
-    ibv_qp_attr x{};
-    x.qp_state = IBV_QPS_INIT;
-    x.port_num = 1;
-    x.qkey = 0x11111111;
-    ASSERT_EQ(ibv_modify_qp(qp, &x, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
-    x = {};
-    x.qp_state = IBV_QPS_RTR;
-    ASSERT_EQ(ibv_modify_qp(qp, &x, IBV_QP_STATE), 0);
-    x = {};
-    x.qp_state = IBV_QPS_RTS;
-    x.sq_psn = 1;
-    ASSERT_EQ(ibv_modify_qp(qp, &x, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
-  }
-  ibv_gid gid;
-  ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &gid), 0);
-  ibv_ah_attr ah_attr{};
-  ah_attr.is_global = 1;
-  ah_attr.grh.dgid = gid;
-  ah_attr.grh.hop_limit = 1;
-  ah_attr.port_num = 1;
-  ibv_ah* ah = ibv_create_ah(pd_, &ah_attr);
+  for (ibv_qp* qp : {a, b}) ASSERT_EQ(UdToRts(qp, 0x11111111, 1), 0);
+  ibv_ah* ah = CreateSelfAh();
   ASSERT_NE(ah, nullptr);
   PostRecv(b, 71, At(4096), 40 + 64);
   for (int i = 0; i < 64; ++i) *At(i) = static_cast<uint8_t>(200 - i);
