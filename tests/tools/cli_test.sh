@@ -115,8 +115,11 @@ if [[ $? -eq 0 || -s "$out" ]]; then
   if [[ "$(readlink -f "$first/libibverbs.so.1")" != "$want_lib" ]]; then
     fail "env_all: LD_LIBRARY_PATH starts with '$first', which does not hold the built library ($want_lib)"
   fi
-  # The directory holds our library only: nothing else for ld.so to pick up.
-  others=$(ls "$first" | grep -E '\.so(\.|$)' | grep -vx 'libibverbs.so.1')
+  # librdmacm.so.1 is built beside it (the tool's runfiles carry both), so a
+  # program using the CM loads ours too.
+  [[ -r "$first/librdmacm.so.1" ]] || fail "env_all: $first holds no librdmacm.so.1"
+  # The directory holds our libraries only: nothing else for ld.so to pick up.
+  others=$(ls "$first" | grep -E '\.so(\.|$)' | grep -vx -e 'libibverbs.so.1' -e 'librdmacm.so.1')
   [[ -z "$others" ]] || fail "env_all: $first holds other shared objects: $others"
 fi
 # A relative --config becomes absolute, so the program may change directory.

@@ -1,5 +1,6 @@
 // `rdmaemu run [OPTIONS] -- PROGRAM [ARGS...]`: execs PROGRAM with the built
-// libibverbs.so.1 first on LD_LIBRARY_PATH and the RDMAEMU_* variables set.
+// libibverbs.so.1 (and librdmacm.so.1 beside it) first on LD_LIBRARY_PATH and
+// the RDMAEMU_* variables set.
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,6 +25,8 @@ std::string RunHelp() {
          "variables from the options, and replaces itself with PROGRAM, so the exit\n"
          "status and signals are PROGRAM's own. PROGRAM is looked up on PATH like a\n"
          "shell does; if it is not found the status is 127 (126 if it cannot be run).\n"
+         "The built librdmacm.so.1 (the RDMA CM, rdma_cma.h) is built beside\n"
+         "libibverbs.so.1, so programs that use the CM load it from there too.\n"
          "\n"
          "Options (each sets the variable in brackets for PROGRAM):\n" +
          FormatOptions(kEnvironmentOptions) +
