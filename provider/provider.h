@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "emulator/base/status.h"
+#include "emulator/cm/uapi.h"
 #include "emulator/engine/counters.h"
 
 namespace rdmaemu::provider {
@@ -124,5 +125,20 @@ int DestroyRwqIndTable(ibv_rwq_ind_table* table);
 
 Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr);
 int DestroyAh(ibv_ah* ah);
+
+// The connection manager's commands for librdmacm (cm.cc): uapi.h's
+// rdmaemu_cm_* with its meanings, 0 or an errno value.
+int CmInit(uint32_t abi_version, rdmaemu_cm_deliver_fn deliver);
+int CmCreateId(uint64_t handle, uint16_t ps, uint32_t* id);
+int CmDestroyId(uint32_t id);
+int CmBind(uint32_t id, ibv_context* context, uint8_t port_num, sockaddr_in* addr);
+int CmListen(uint32_t id, int backlog);
+int CmConnect(uint32_t id, const sockaddr_in* dst, const rdmaemu_cm_param* param);
+int CmAccept(uint32_t id, const rdmaemu_cm_param* param);
+int CmReject(uint32_t id, uint16_t reason, const void* data, uint8_t len);
+int CmEstablish(uint32_t id);
+int CmDisconnect(uint32_t id);
+int CmSetOption(uint32_t id, int name, uint32_t value);
+int CmClaimAddress(int device_index, in_addr addr);
 
 }  // namespace rdmaemu::provider

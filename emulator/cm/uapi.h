@@ -99,6 +99,27 @@ struct rdmaemu_cm_event {
   struct rdmaemu_cm_param param;
 };
 
+/* rdma_cma.h's event and port space numbers, which the device cannot
+ * include (it includes verbs.h); the library checks they agree. */
+enum {
+  RDMAEMU_CM_EVENT_CONNECT_REQUEST = 4,
+  RDMAEMU_CM_EVENT_CONNECT_RESPONSE = 5,
+  RDMAEMU_CM_EVENT_CONNECT_ERROR = 6,
+  RDMAEMU_CM_EVENT_UNREACHABLE = 7,
+  RDMAEMU_CM_EVENT_REJECTED = 8,
+  RDMAEMU_CM_EVENT_ESTABLISHED = 9,
+  RDMAEMU_CM_EVENT_DISCONNECTED = 10,
+  RDMAEMU_CM_EVENT_TIMEWAIT_EXIT = 15,
+};
+enum {
+  RDMAEMU_CM_PS_IPOIB = 0x0002,
+  RDMAEMU_CM_PS_TCP = 0x0106,
+  RDMAEMU_CM_PS_UDP = 0x0111,
+  RDMAEMU_CM_PS_IB = 0x013f,
+};
+/* enum ibv_qp_type's numbers, likewise. */
+enum { RDMAEMU_CM_QPT_RC = 2, RDMAEMU_CM_QPT_UC = 3, RDMAEMU_CM_QPT_UD = 4 };
+
 typedef uint64_t (*rdmaemu_cm_deliver_fn)(const struct rdmaemu_cm_event* event);
 
 /* Options (rdmaemu_cm_set_option). */

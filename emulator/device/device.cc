@@ -509,6 +509,27 @@ Result<std::shared_ptr<Device>> Registry::Acquire(int index) {
   return dev;
 }
 
+Status Registry::ClaimAddress(int index, in_addr address) {
+  auto cfg = config();
+  if (!cfg.ok()) return cfg.status();
+  std::lock_guard lock(mu_);
+  if (index < 0 || index >= static_cast<int>(open_.size())) {
+    return InvalidArgument(fmt::format("no device with index {}", index));
+  }
+  DeviceConfig& device = config_->devices[index];
+  if (auto open = open_[index].lock()) {
+    if (open->PortAddress(1).sin_addr.s_addr == address.s_addr) return Status::Ok();
+    return Busy(fmt::format("{} is open already, at {}", device.name, net::ToString(open->PortAddress(1).sin_addr)));
+  }
+  if (device.ports.empty()) return InvalidArgument(fmt::format("{} has no port", device.name));
+  PortConfig& port = device.ports[0];
+  if (port.address && port.address->s_addr != address.s_addr) {
+    return InvalidArgument(fmt::format("{} port 1 is configured at {}", device.name, net::ToString(*port.address)));
+  }
+  port.address = address;
+  return Status::Ok();
+}
+
 std::vector<std::shared_ptr<Device>> Registry::OpenDevices() {
   std::lock_guard lock(mu_);
   std::vector<std::shared_ptr<Device>> out;

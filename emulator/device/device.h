@@ -219,6 +219,11 @@ class Registry {
   static uint64_t GuidFor(const std::string& name, int index);
   // Opens (or shares) configured device `index`.
   Result<std::shared_ptr<Device>> Acquire(int index);
+  // Makes configured device `index`, not open yet, take `address` on its
+  // first port when it opens (an address of auto only: rdma_bind_addr to a
+  // 127/8 address picks the process's emulated host). EBUSY if it is open,
+  // EINVAL if its address is configured or the index is bad.
+  Status ClaimAddress(int index, in_addr address);
   // The devices open in this process now, in configuration order.
   std::vector<std::shared_ptr<Device>> OpenDevices();
 

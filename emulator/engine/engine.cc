@@ -17,6 +17,7 @@
 #include "emulator/engine/rss.h"
 #include "emulator/engine/trace.h"
 #include "emulator/fault/parse.h"
+#include "emulator/cm/mad.h"
 #include "emulator/fault/shaper.h"
 #include "emulator/objects/mr.h"
 #include "emulator/wire/icrc.h"
@@ -26,6 +27,13 @@ namespace rdmaemu::engine {
 namespace {
 
 constexpr size_t kGrhBytes = 40;
+
+// The IB encoding of an MTU in bytes (1 = 256 .. 5 = 4096), as a REQ carries it.
+uint8_t IbMtuOf(uint32_t bytes) {
+  uint8_t code = 1;
+  for (uint32_t m = 256; m < bytes && code < 5; m <<= 1) ++code;
+  return code;
+}
 
 Result<net::Backend> BackendFromEnvironment() {
   const char* v = std::getenv("RDMAEMU_ENGINE");
@@ -199,6 +207,8 @@ Engine::Engine(std::shared_ptr<device::Device> device)
       tracer_(device_->name()) {}
 
 Engine::~Engine() {
+  // Before the loop stops: after this the manager sends nothing through us.
+  cm::Manager::Get().DetachDevice(device_->index());
   device_->SetFatalHandler(nullptr);
   if (loop_) loop_->Stop();
   // The file is complete once the device is closed.
@@ -228,6 +238,11 @@ Result<std::shared_ptr<Engine>> Engine::Start(std::shared_ptr<device::Device> de
   engine->loop_ = std::move(loop).value();
   engine->device_->SetFatalHandler([raw = engine.get()] { raw->FailAllQps(); });
   engine->loop_->Start();
+  std::vector<cm::DevicePort> cm_ports;
+  for (int port = 1; port <= device->num_ports(); ++port) {
+    cm_ports.push_back({htonl(engine->endpoints_[port - 1].ip), IbMtuOf(device->ActiveMtu(port))});
+  }
+  cm::Manager::Get().AttachDevice(device->index(), device->node_guid(), std::move(cm_ports), engine.get());
   Log().info("{}: engine running on {} ({})", engine->device_->name(), where,
              net::ToString(engine->loop_->backend()));
   return engine;
@@ -319,6 +334,7 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
   auto access = device_->mrs().AccessGuard();
   // Packets the fault rules held back that are due now.
   faults_.Flush(now, *this);
+  SendQueuedMads();
   for (uint32_t qpn : rung) {
     if (auto qp = FindQp(qpn)) {
       std::lock_guard lock(qp->mu);
@@ -361,14 +377,14 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
 }
 
 void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather payload,
-                      uint32_t dst_ip) {
+                      uint32_t dst_ip, uint8_t port_override) {
   if (device_->dead()) {
     Count(qp, &Counters::dropped_device_dead);
     return;
   }
   // The QP's current path picks the port; modify checked it, so a bad one
   // here is a bug: port 1 is the safe answer.
-  uint8_t port = qp != nullptr ? qp->attrs.port : 1;
+  uint8_t port = port_override != 0 ? port_override : qp != nullptr ? qp->attrs.port : 1;
   if (port < 1 || port > endpoints_.size()) port = 1;
   if (!device_->PortUp(port)) {
     Count(qp, &Counters::dropped_port_down);
@@ -440,6 +456,60 @@ void Engine::Counted(fault::FaultEvent what, uint8_t port, uint32_t local_qpn, u
   // QP of ours (no QP has number 0).
   if (local_qpn == 0) return;
   if (auto qp = FindQp(local_qpn)) CountOnQp(*qp, c, n);
+}
+
+void Engine::SendMad(uint8_t port, uint32_t dst_ip, uint8_t traffic_class,
+                     std::span<const uint8_t> mad) {
+  QueuedMad q{port, dst_ip, {}};
+  std::copy_n(mad.begin(), std::min(mad.size(), q.mad.size()), q.mad.begin());
+  {
+    std::lock_guard lock(mads_mu_);
+    mads_.push_back(q);
+  }
+  loop_->Ring();
+}
+
+void Engine::SendQueuedMads() {
+  std::vector<QueuedMad> mads;
+  {
+    std::lock_guard lock(mads_mu_);
+    mads.swap(mads_);
+  }
+  for (const QueuedMad& q : mads) {
+    // GSI packets: a UD SEND from QP1 to QP1 with the well-known Q_Key and
+    // the default P_Key (IBA 13.5.1), as every CM on RoCE sends them.
+    wire::PacketFields f;
+    f.opcode = wire::Opcode::UD_SEND_ONLY;
+    f.bth.pkey = wire::kDefaultPkey;
+    f.bth.dest_qpn = cm::kGsiQpn;
+    f.deth.qkey = cm::kGsiQkey;
+    f.deth.src_qpn = cm::kGsiQpn;
+    const std::span<const uint8_t> payload(q.mad);
+    Transmit(nullptr, f, wire::Gather(&payload, 1), q.dst_ip, q.port);
+  }
+}
+
+void Engine::ReceiveGsi(const wire::PacketView& packet, const net::Datagram& d, uint8_t port) {
+  const char* why = nullptr;
+  if (packet.opcode() != wire::Opcode::UD_SEND_ONLY) {
+    why = "not a UD SEND";
+  } else if (packet.deth().qkey() != cm::kGsiQkey) {
+    why = "Q_Key is not the GSI's 0x80010000";
+  } else if (packet.payload().size() < cm::kMadBytes) {
+    why = "shorter than a MAD";
+  }
+  if (why != nullptr) {
+    CountPort(port, &Counters::dropped_malformed);
+    RDMAEMU_WARN_LIMITED("{}: dropped a {} for QP1 from {}: {}", device_->name(), packet.info().name,
+                         net::ToString(d.src), why);
+    return;
+  }
+  if (!device_->PortUp(port)) {
+    CountPort(port, &Counters::dropped_port_down);
+    return;
+  }
+  cm::Manager::Get().OnMad(device_->index(), port, d.src.sin_addr.s_addr,
+                           packet.payload().first(cm::kMadBytes));
 }
 
 void Engine::SendDatagram(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes) {
@@ -750,6 +820,10 @@ void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
     CountPort(port, &Counters::dropped_icrc);
     RDMAEMU_LOG_LIMITED(spdlog::level::debug, "{}: dropped a packet from {}: {}", device_->name(),
                         net::ToString(d.src), s.message());
+    return;
+  }
+  if (packet->dest_qpn() == cm::kGsiQpn) {
+    ReceiveGsi(*packet, d, port);
     return;
   }
   auto qp = FindQp(packet->dest_qpn());

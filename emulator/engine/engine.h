@@ -25,6 +25,7 @@
 
 #include "emulator/base/log.h"
 #include "emulator/base/status.h"
+#include "emulator/cm/manager.h"
 #include "emulator/device/device.h"
 #include "emulator/engine/counters.h"
 #include "emulator/engine/trace.h"
@@ -41,7 +42,7 @@ void FlushQp(Qp& qp);
 // The same for a WQ in ERR (caller must not hold wq.mu).
 void FlushWq(Wq& wq);
 
-class Engine : public net::LoopHandler, private fault::PacketSink {
+class Engine : public net::LoopHandler, private fault::PacketSink, private cm::Wire {
  public:
   // Takes over the sockets of every port of the device and starts the loop
   // thread, which serves them all.
@@ -88,6 +89,15 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
   explicit Engine(std::shared_ptr<device::Device> device);
   std::shared_ptr<Qp> FindQp(uint32_t qpn);
 
+  // cm::Wire: queues a MAD for the loop thread, which sends it from QP1
+  // (SendQueuedMads) like any UD packet: through fault rules and capture.
+  void SendMad(uint8_t port, uint32_t dst_ip, uint8_t traffic_class,
+               std::span<const uint8_t> mad) override;
+  void SendQueuedMads();
+  // A packet for QP1, the General Services Interface: a CM MAD goes to the
+  // connection manager; anything else there is dropped and counted.
+  void ReceiveGsi(const wire::PacketView& packet, const net::Datagram& dgram, uint8_t port);
+
   // engine.cc: UD and shared helpers.
   void ExecuteUdSend(Qp& qp, const SendWqe& wqe);
   // A UD QP hears only what arrives on its own port (`port`).
@@ -103,7 +113,9 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
   // `dst_ip` (network order) and sends it from the socket of the QP's port
   // (its current path; port 1 without a QP), through the fault rules when
   // any are active. The BTH gets the P_Key of the QP's pkey_index.
-  void Transmit(Qp* qp, const wire::PacketFields& fields, wire::Gather payload, uint32_t dst_ip);
+  // `port` 0: the QP's port (port 1 without a QP).
+  void Transmit(Qp* qp, const wire::PacketFields& fields, wire::Gather payload, uint32_t dst_ip,
+                uint8_t port = 0);
   // fault::PacketSink. SendNow takes a packet past the fault rules to the
   // socket of `port` (through SendDatagram, counted on the port); Deliver
   // processes a received datagram past them through ReceiveDatagram (its
@@ -232,6 +244,14 @@ class Engine : public net::LoopHandler, private fault::PacketSink {
 
   std::mutex pending_mu_;
   std::vector<uint32_t> pending_;  // guarded by pending_mu_: QPs rung since the last OnWork
+
+  struct QueuedMad {
+    uint8_t port;
+    uint32_t dst_ip;  // network order
+    cm::MadBytes mad;
+  };
+  std::mutex mads_mu_;
+  std::vector<QueuedMad> mads_;  // guarded by mads_mu_: MADs for the loop to send
 
   PacketTracer tracer_;  // per-packet trace lines, rate-limited (trace.h)
 

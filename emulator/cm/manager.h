@@ -1,0 +1,177 @@
+// Manager: the process's connection manager, as the kernel's rdma_cm and
+// ib_cm are one per host. It owns the ids' wire state (an explicit state
+// machine per id, below), the port spaces, the listeners, the MADs' retries
+// and timewait. librdmacm reaches it through uapi.h; each open device's
+// engine carries its MADs (Wire) and hands it what arrives on QP1 (OnMad).
+//
+// Each process is its own emulated host: its port spaces and listeners are
+// this process's, and a peer is found by the IP address of its device.
+//
+// Thread safety: every public function may be called from any thread. One
+// mutex guards everything; events are delivered (uapi.h's deliver function)
+// and MADs handed to a Wire while it is held, so neither may call back in.
+// A timer thread, started with the first id, retransmits and ends timewait;
+// it sleeps while nothing is due, so an idle manager uses no CPU.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "emulator/base/status.h"
+#include "emulator/cm/messages.h"
+#include "emulator/cm/uapi.h"
+
+namespace rdmaemu::cm {
+
+using Clock = std::chrono::steady_clock;
+
+// How the manager reaches the wire of one device (the engine).
+class Wire {
+ public:
+  virtual ~Wire() = default;
+  // Sends one MAD from QP1 of `port` to QP1 at `dst_ip` (network order);
+  // any thread, never blocks. Loss is the retries' business.
+  virtual void SendMad(uint8_t port, uint32_t dst_ip, uint8_t traffic_class,
+                       std::span<const uint8_t> mad) = 0;
+};
+
+struct DevicePort {
+  uint32_t ip = 0;            // network order
+  uint8_t path_mtu = 5;       // IB enum of the active MTU (5 = 4096)
+};
+
+// Timing, from the IBA's 4.096 us * 2^t encodings (cm_convert_to_ms in the
+// kernel: 2^(t-8) ms). Shorter than the kernel's defaults (20 and 18, a REQ
+// retried every 6 s), because every emulated host is a software peer on a
+// fast link; a real CM peer honours what our MADs advertise.
+struct Timing {
+  uint8_t cm_response_timeout = 16;  // 256 ms
+  uint8_t packet_life_time = 14;     // 64 ms
+  uint8_t max_cm_retries = 15;
+  // The MRA's service timeout when a duplicate REQ finds the request not
+  // yet accepted (the kernel's 24: about a minute).
+  uint8_t mra_service_timeout = 24;
+};
+
+Clock::duration FromIbTime(uint8_t t);
+
+class Manager {
+ public:
+  // The process's manager (never destroyed: devices detach while exit()
+  // runs static destructors).
+  static Manager& Get();
+  explicit Manager(Timing timing = {});
+  ~Manager();
+  Manager(const Manager&) = delete;
+  Manager& operator=(const Manager&) = delete;
+
+  // Devices: an engine attaches when it starts and detaches before it
+  // stops; MADs for a detached device are dropped.
+  void AttachDevice(int index, uint64_t node_guid, std::vector<DevicePort> ports, Wire* wire);
+  void DetachDevice(int index);
+  // A MAD that arrived on QP1 of a device's port from `src_ip` (network
+  // order). Malformed or hostile MADs are dropped and counted, never acted on.
+  void OnMad(int device, uint8_t port, uint32_t src_ip, std::span<const uint8_t> mad);
+
+  // uapi.h's commands, with its meanings; errors carry an errno value and a
+  // message (logged by the caller).
+  Status Init(uint32_t abi_version, rdmaemu_cm_deliver_fn deliver);
+  Result<uint32_t> CreateId(uint64_t handle, uint16_t ps);
+  Status DestroyId(uint32_t id);
+  // `device` -1 with INADDR_ANY: the any-address of every device.
+  Status Bind(uint32_t id, int device, uint8_t port, sockaddr_in* addr);
+  Status Listen(uint32_t id, int backlog);
+  Status Connect(uint32_t id, const sockaddr_in& dst, const rdmaemu_cm_param& param);
+  Status Accept(uint32_t id, const rdmaemu_cm_param& param);
+  Status Reject(uint32_t id, uint16_t reason, std::span<const uint8_t> private_data);
+  Status Establish(uint32_t id);
+  Status Disconnect(uint32_t id);
+  Status SetOption(uint32_t id, int name, uint32_t value);
+
+  // MADs dropped as malformed, hostile or for nobody (rdmaemu stats).
+  uint64_t dropped() const;
+  // Ids alive (tests).
+  size_t ids() const;
+
+  // The ids' states, named as the IB CM's (IBA 12.9.6).
+  enum class State : uint8_t {
+    kIdle,         // created, or bound (no connection yet)
+    kListen,
+    kReqSent,      // active: REQ out, waiting for REP (retried)
+    kRepRcvd,      // active: CONNECT_RESPONSE delivered, waiting for establish
+    kReqRcvd,      // passive: CONNECT_REQUEST delivered, waiting for accept/reject
+    kRepSent,      // passive: REP out, waiting for RTU (retried)
+    kEstablished,
+    kDreqSent,     // waiting for DREP (retried)
+    kDreqRcvd,     // DISCONNECTED delivered, waiting for disconnect (DREP)
+    kTimewait,     // connection over; TIMEWAIT_EXIT when it ends
+    kSidrReqSent,  // active UD: SIDR_REQ out (retried)
+    kSidrReqRcvd,  // passive UD: CONNECT_REQUEST delivered
+    kClosed,       // rejected, unreachable or refused: nothing more happens
+  };
+
+ private:
+  struct Id;
+  using IdMap = std::map<uint32_t, std::unique_ptr<Id>>;
+
+  struct Device {
+    uint64_t node_guid = 0;
+    std::vector<DevicePort> ports;
+    Wire* wire = nullptr;
+  };
+
+  // All under mu_.
+  Id* FindIdLocked(uint32_t id);
+  Id* FindByCommIdLocked(uint32_t local_comm_id);
+  Status CheckPortFreeLocked(const Id& id, uint32_t ip, uint16_t port) const;
+  Result<uint16_t> EphemeralPortLocked(const Id& id, uint32_t ip);
+  Id* FindListenerLocked(uint16_t ps, uint16_t port, uint32_t dst_ip, int device);
+  void DeliverLocked(Id& id, int event, int status, const rdmaemu_cm_param* param = nullptr);
+  void SendLocked(const Id& id, const MadBytes& mad);
+  void SendToLocked(int device, uint8_t port, uint32_t dst_ip, const MadBytes& mad);
+  // Sends the id's current request MAD and arms its retry timer.
+  void SendRetriedLocked(Id& id, MadBytes mad, Clock::duration interval);
+  void StopRetryLocked(Id& id);
+  void EnterTimewaitLocked(Id& id);
+  void RemoveLocked(IdMap::iterator it);
+  void CountDropLocked(const char* why, uint32_t src_ip);
+
+  void OnReqLocked(int device, uint8_t port, uint32_t src_ip, uint64_t tid, std::span<const uint8_t> mad);
+  void OnRepLocked(uint32_t src_ip, uint64_t tid, std::span<const uint8_t> mad);
+  void OnRtuLocked(std::span<const uint8_t> mad);
+  void OnRejLocked(std::span<const uint8_t> mad);
+  void OnMraLocked(std::span<const uint8_t> mad);
+  void OnDreqLocked(int device, uint8_t port, uint32_t src_ip, uint64_t tid, std::span<const uint8_t> mad);
+  void OnDrepLocked(std::span<const uint8_t> mad);
+  void OnSidrReqLocked(int device, uint8_t port, uint32_t src_ip, uint64_t tid, std::span<const uint8_t> mad);
+  void OnSidrRepLocked(std::span<const uint8_t> mad);
+  void OnTimeoutLocked(Id& id, Clock::time_point now);
+
+  void StartTimerLocked();
+  void TimerLoop();
+
+  const Timing timing_;
+  mutable std::mutex mu_;
+  std::condition_variable timer_cv_;
+  rdmaemu_cm_deliver_fn deliver_ = nullptr;
+  std::unordered_map<int, Device> devices_;
+  IdMap ids_;
+  uint32_t next_id_ = 1;
+  uint32_t comm_id_seed_;
+  uint64_t dropped_ = 0;
+  std::thread timer_;
+  bool stopping_ = false;
+};
+
+}  // namespace rdmaemu::cm
