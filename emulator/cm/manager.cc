@@ -552,6 +552,14 @@ Status Manager::Disconnect(uint32_t num) {
       SendLocked(*id, EncodeDrep({id->local_comm_id, id->remote_comm_id}, id->tid));
       EnterTimewaitLocked(*id);
       return Status::Ok();
+    case State::kDreqSent:
+    case State::kTimewait:
+      // Ended already (by us, or by the peer's DREQ): as the kernel's
+      // rdma_disconnect, a second call is no error.
+      return Status::Ok();
+    case State::kClosed:
+      if (id->local_comm_id != 0) return Status::Ok();
+      [[fallthrough]];
     default:
       return InvalidArgument(fmt::format("cm id {} has no connection to end (it is {})", num, StateName(id->state)));
   }

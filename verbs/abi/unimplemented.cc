@@ -46,20 +46,6 @@ int ibv_query_ece(struct ibv_qp* qp, struct ibv_ece* ece) { FAIL_INT("ibv_query_
 int ibv_set_ece(struct ibv_qp* qp, struct ibv_ece* ece) { FAIL_INT("ibv_set_ece"); }
 
 
-// ---- AH (IBVERBS_1.1) -------------------------------------------------------
-// ibv_init_ah_from_wc(3): "returns 0 on success, and -1 on error".
-int ibv_init_ah_from_wc(struct ibv_context* context, uint8_t port_num, struct ibv_wc* wc,
-                        struct ibv_grh* grh, struct ibv_ah_attr* ah_attr) {
-  NOT_IMPLEMENTED("ibv_init_ah_from_wc");
-  errno = EOPNOTSUPP;
-  return -1;
-}
-
-struct ibv_ah* ibv_create_ah_from_wc(struct ibv_pd* pd, struct ibv_wc* wc, struct ibv_grh* grh,
-                                     uint8_t port_num) {
-  FAIL_PTR("ibv_create_ah_from_wc");
-}
-
 // ---- Multicast (IBVERBS_1.1) ------------------------------------------------
 int ibv_attach_mcast(struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid) {
   FAIL_INT("ibv_attach_mcast");
