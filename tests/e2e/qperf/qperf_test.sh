@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# Debian's unmodified qperf between two processes on the emulator.
-# qperf addresses its peer by LID only (it has no GID option and needs
-# rdma_cm for RoCE), so both processes use an InfiniBand link-layer port,
-# where the emulator routes by LID, as qperf does on real InfiniBand.
-#   qperf_test.sh LIBIBVERBS
+# Debian's unmodified qperf between two processes on the emulator, twice:
+# - without rdma_cm qperf addresses its peer by LID only (it has no GID
+#   option), so both processes use an InfiniBand link-layer port, where the
+#   emulator routes by LID, as qperf does on real InfiniBand;
+# - with -cm1 it connects through rdma_cm, which gives its QPs a GRH: on the
+#   default RoCE v2 port, as on a RoCE NIC (qperf's UD tests build their
+#   address handle from the LID alone even then, and its UC tests do not use
+#   rdma_cm, so neither can run on RoCE).
+#   qperf_test.sh LIBIBVERBS LIBRDMACM
 set -u
 lib_src="$1"
+cm_src="$2"
 command -v qperf >/dev/null || { echo "FAIL: qperf is not installed (tools/setup installs it)"; exit 1; }
 dir=$(mktemp -d)
 server=
 cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$dir"; }
 trap cleanup EXIT
 cp "$lib_src" "$dir/libibverbs.so.1"
+cp "$cm_src" "$dir/librdmacm.so.1"
 printf 'device emu0\nport link_layer=infiniband\n' >"$dir/ib.conf"
 export RDMAEMU_CONFIG="$dir/ib.conf" LD_LIBRARY_PATH="$dir"
 
@@ -29,6 +35,31 @@ for engine in uring epoll; do
       echo "FAIL: qperf $t engine=$engine (exit $rc)"; echo "$out"; failures=$((failures + 1))
     else
       echo "ok: qperf $t engine=$engine:$result"
+    fi
+  done
+  kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; server=
+done
+
+# RoCE through rdma_cm: the server's device takes its own address (the
+# client's rdma_resolve_addr must find that host), the client the first
+# free one.
+unset RDMAEMU_CONFIG
+for engine in uring epoll; do
+  port=$(( 20000 + RANDOM % 20000 ))
+  addr="127.0.$(( 100 + RANDOM % 100 )).$(( 2 + RANDOM % 200 ))"
+  RDMAEMU_ADDRESS=$addr RDMAEMU_ENGINE=$engine timeout 300 qperf -lp "$port" >"$dir/server.log" 2>&1 &
+  server=$!
+  sleep 0.5
+  # (qperf uses rdma_cm for RC only: "-cm1 set but not used in test uc_bw".)
+  for t in rc_bw rc_lat rc_rdma_write_bw rc_rdma_write_lat rc_rdma_read_bw rc_rdma_read_lat \
+      rc_compare_swap_mr rc_fetch_add_mr; do
+    out=$(RDMAEMU_ENGINE=$engine timeout 30 qperf -lp "$port" -cm1 -t 1 "$addr" "$t" 2>&1)
+    rc=$?
+    result=$(grep -E '^ +(bw|latency|send_bw|msg_rate) +=' <<<"$out" | head -1 | tr -s ' ')
+    if [ $rc -ne 0 ] || [ -z "$result" ] || grep -q "failed" <<<"$out"; then
+      echo "FAIL: qperf -cm1 $t engine=$engine on RoCE (exit $rc)"; echo "$out"; failures=$((failures + 1))
+    else
+      echo "ok: qperf -cm1 $t engine=$engine on RoCE:$result"
     fi
   done
   kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; server=
