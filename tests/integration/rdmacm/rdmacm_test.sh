@@ -1,0 +1,77 @@
+#!/bin/bash
+# rdmacm_test (our semantics tests, in one process and in two) and Debian's
+# unmodified rping, through `rdmaemu run`, on both engines.
+# Usage: rdmacm_test.sh RDMAEMU LIBIBVERBS RDMACM_TEST
+set -u
+rdmaemu="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+failures=0
+checks=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+# t NAME WANT CMD...: runs CMD with a timeout; its output in $out.
+t() {
+  local name="$1" want="$2"
+  shift 2
+  checks=$((checks + 1))
+  out="$tmp/$name.out"
+  timeout 120 "$@" >"$out" 2>&1
+  local rc=$?
+  if [[ "$rc" != "$want" ]]; then
+    fail "$name: exit status $rc, want $want; output:"
+    sed 's/^/    /' "$out" | tail -40
+  fi
+}
+has() {  # has NAME FILE ERE
+  checks=$((checks + 1))
+  grep -qE -- "$3" "$2" || { fail "$1: no line matching '$3':"; sed 's/^/    /' "$2" | head -20; }
+}
+finish() { echo "$checks checks, $failures failures"; [[ $failures -eq 0 ]]; }
+unset RDMAEMU_CONFIG RDMAEMU_ADDRESS RDMAEMU_UDP_PORT RDMAEMU_LIB
+export RDMAEMU_LOG=warn
+prog="$(cd "$(dirname "$3")" && pwd)/$(basename "$3")"
+
+wait_for() {  # wait_for FILE ERE: up to 10 s
+  for _ in $(seq 100); do
+    grep -qE -- "$2" "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+base=$(( 100 + RANDOM % 100 ))
+for engine in uring epoll; do
+  export RDMAEMU_ENGINE=$engine
+  t "$engine-one-process" 0 "$rdmaemu" run -- "$prog" --gtest_filter='RdmaCm.*'
+
+  # Two processes: the server's bind makes its device take the address.
+  base=$((base + 1))
+  address="127.0.0.$base"
+  sout="$tmp/server-$engine.out"
+  RDMACM_TEST_ROLE=server RDMACM_TEST_ADDRESS=$address timeout 60 \
+    "$rdmaemu" run -- "$prog" --gtest_filter='TwoProcess.*' >"$sout" 2>&1 &
+  spid=$!
+  checks=$((checks + 1))
+  if wait_for "$sout" '^listening$'; then
+    RDMACM_TEST_ROLE=client RDMACM_TEST_ADDRESS=$address \
+      t "$engine-two-process-client" 0 "$rdmaemu" run -- "$prog" --gtest_filter='TwoProcess.*'
+  else
+    fail "$engine: the server did not listen:"; sed 's/^/    /' "$sout" | head -20
+  fi
+  wait "$spid" || { fail "$engine: the server failed:"; sed 's/^/    /' "$sout" | head -40; }
+
+  # Debian's rping, unmodified, server and client.
+  if command -v rping >/dev/null; then
+    base=$((base + 1))
+    address="127.0.0.$base"
+    rout="$tmp/rping-server-$engine.out"
+    timeout 60 "$rdmaemu" run -- rping -s -a "$address" -v -C 3 >"$rout" 2>&1 &
+    rpid=$!
+    sleep 0.5
+    t "$engine-rping-client" 0 "$rdmaemu" run -- rping -c -a "$address" -v -C 3
+    has "$engine-rping-client" "$out" 'ping data: rdma-ping-2'
+    checks=$((checks + 1))
+    wait "$rpid" || { fail "$engine: rping -s failed:"; sed 's/^/    /' "$rout" | head -20; }
+    has "$engine-rping-server" "$rout" 'server ping data: rdma-ping-2'
+  fi
+done
+finish
