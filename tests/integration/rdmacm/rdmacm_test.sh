@@ -73,5 +73,26 @@ for engine in uring epoll; do
     wait "$rpid" || { fail "$engine: rping -s failed:"; sed 's/^/    /' "$rout" | head -20; }
     has "$engine-rping-server" "$rout" 'server ping data: rdma-ping-2'
   fi
+
+  # ucmatose (4 connections), udaddy (SIDR/UD), rdma_server/rdma_client
+  # (the sync API), rping -q (QP-less connect + rdma_establish).
+  for pair in "ucmatose|-b A -c 4 -C 10|ucmatose|-s A -c 4 -C 10" \
+              "udaddy|-b A|udaddy|-s A" \
+              "rdma_server|-s A|rdma_client|-s A" \
+              "rping|-s -q -a A -C 3|rping|-c -q -a A -C 3"; do
+    IFS='|' read -r sprog sargs cprog cargs <<<"$pair"
+    command -v "$sprog" >/dev/null || continue
+    base=$((base + 1))
+    address="127.0.0.$base"
+    sout="$tmp/$sprog-server-$engine-$base.out"
+    # shellcheck disable=SC2086
+    timeout 60 "$rdmaemu" run -- "$sprog" ${sargs//A/$address} >"$sout" 2>&1 &
+    spid=$!
+    sleep 0.5
+    # shellcheck disable=SC2086
+    t "$engine-$cprog-$base" 0 "$rdmaemu" run -- "$cprog" ${cargs//A/$address}
+    checks=$((checks + 1))
+    wait "$spid" || { fail "$engine: $sprog ${sargs//A/$address} failed:"; sed 's/^/    /' "$sout" | head -20; }
+  done
 done
 finish
