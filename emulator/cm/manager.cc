@@ -650,13 +650,14 @@ Manager::Id* Manager::FindListenerLocked(uint16_t ps, uint16_t port, uint32_t ds
   return any;
 }
 
-void Manager::OnMad(int device, uint8_t port, uint32_t src_ip, std::span<const uint8_t> mad) {
+bool Manager::OnMad(int device, uint8_t port, uint32_t src_ip, std::span<const uint8_t> mad) {
   std::lock_guard lock(mu_);
-  if (devices_.find(device) == devices_.end()) return;
+  if (devices_.find(device) == devices_.end()) return false;
+  const uint64_t dropped_before = dropped_;
   auto head = DecodeHead(mad);
   if (!head.ok()) {
     CountDropLocked(head.status().message().c_str(), src_ip);
-    return;
+    return false;
   }
   RDMAEMU_LOG_LIMITED(spdlog::level::debug, "cm: {} from {} on device {} port {}", ToString(head->kind),
                       Ip(src_ip), device, port);
@@ -677,6 +678,7 @@ void Manager::OnMad(int device, uint8_t port, uint32_t src_ip, std::span<const u
       CountDropLocked("LAP/APR: no alternate path exchange on RoCE", src_ip);
       break;
   }
+  return dropped_ == dropped_before;
 }
 
 void Manager::OnReqLocked(int device, uint8_t port, uint32_t src_ip, uint64_t tid, std::span<const uint8_t> mad) {

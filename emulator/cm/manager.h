@@ -81,8 +81,9 @@ class Manager {
   void AttachDevice(int index, uint64_t node_guid, std::vector<DevicePort> ports, Wire* wire);
   void DetachDevice(int index);
   // A MAD that arrived on QP1 of a device's port from `src_ip` (network
-  // order). Malformed or hostile MADs are dropped and counted, never acted on.
-  void OnMad(int device, uint8_t port, uint32_t src_ip, std::span<const uint8_t> mad);
+  // order). Malformed or hostile MADs are dropped and counted, never acted
+  // on: false then (the engine counts it on the port too).
+  bool OnMad(int device, uint8_t port, uint32_t src_ip, std::span<const uint8_t> mad);
 
   // uapi.h's commands, with its meanings; errors carry an errno value and a
   // message (logged by the caller).

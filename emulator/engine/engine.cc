@@ -508,8 +508,10 @@ void Engine::ReceiveGsi(const wire::PacketView& packet, const net::Datagram& d, 
     CountPort(port, &Counters::dropped_port_down);
     return;
   }
-  cm::Manager::Get().OnMad(device_->index(), port, d.src.sin_addr.s_addr,
-                           packet.payload().first(cm::kMadBytes));
+  if (!cm::Manager::Get().OnMad(device_->index(), port, d.src.sin_addr.s_addr,
+                                packet.payload().first(cm::kMadBytes))) {
+    CountPort(port, &Counters::dropped_malformed);
+  }
 }
 
 void Engine::SendDatagram(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes) {
