@@ -885,11 +885,12 @@ void Manager::OnDreqLocked(int device, uint8_t port, uint32_t src_ip, uint64_t t
       if (!detached) DeliverLocked(*id, RDMAEMU_CM_EVENT_DISCONNECTED, 0);
       break;
     }
-    case State::kTimewait:
     case State::kDreqRcvd:
-      if (id->state == State::kTimewait) SendLocked(*id, EncodeDrep({id->local_comm_id, id->remote_comm_id}, tid));
-      break;
+      break;  // a retry: the library's disconnect answers it
     default:
+      // Over already (timewait, closed): the DREP again, so the peer's
+      // retries end.
+      SendLocked(*id, EncodeDrep({id->local_comm_id, id->remote_comm_id}, tid));
       break;
   }
 }
