@@ -150,6 +150,39 @@ int RoutedSource(in_addr dst, in_addr* src) {
   return error;
 }
 
+// The first port of any device (opening them in order) that has an IPv4
+// address; g_mu held.
+bool FirstAddressedPortLocked(Device** device, const Port** port) {
+  for (Device* d : *g_devices) {
+    if (OpenLocked(d) != 0) continue;
+    for (const Port& p : d->ports) {
+      if (p.has_address) {
+        *device = d;
+        *port = &p;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// The port a group is joined from when the application names no source:
+// the device of the source address the routing picks for the group, as the
+// kernel's; else (the routing picks an interface no emulated device is on,
+// or has no route for multicast at all) the first device on 127/8, else the
+// first device with an address: the emulated hosts live on loopback, where
+// no multicast route leads.
+bool MulticastSourcePort(in_addr group, Device** device, const Port** port) {
+  in_addr source{};
+  if (RoutedSource(group, &source) == 0 && !IsLoopback(source) &&
+      PortWithAddress(source, device, port)) {
+    return true;
+  }
+  if (FirstLoopbackPort(device, port)) return true;
+  std::lock_guard lock(g_mu);
+  return FirstAddressedPortLocked(device, port);
+}
+
 void FillPath(Id* id, const Port& port, uint8_t mtu) {
   ibv_sa_path_rec& path = id->path;
   path = {};
@@ -428,6 +461,9 @@ int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, in
       bool found = false;
       if (dst.sin_addr.s_addr == htonl(INADDR_ANY) || IsLoopback(dst.sin_addr)) {
         found = FirstLoopbackPort(&device, &port);
+        if (!found) error = ENODEV;
+      } else if (IN_MULTICAST(ntohl(dst.sin_addr.s_addr))) {
+        found = MulticastSourcePort(dst.sin_addr, &device, &port);
         if (!found) error = ENODEV;
       } else if ((error = RoutedSource(dst.sin_addr, &source)) == 0) {
         found = IsLoopback(source) ? FirstLoopbackPort(&device, &port)

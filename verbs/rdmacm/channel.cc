@@ -16,6 +16,7 @@
 
 #include "verbs/rdmacm/id.h"
 #include "verbs/rdmacm/library.h"
+#include "verbs/rdmacm/multicast.h"
 
 namespace rdmaemu::rdmacm {
 namespace {
@@ -53,6 +54,24 @@ void TakeBack(Channel* channel, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     if (!TakeBackCount(channel)) ++channel->owed;
   }
+}
+
+// Removes the queued events `match` picks and takes their counts back.
+template <typename Match>
+std::vector<Event*> RemoveQueued(Channel* channel, Match match) {
+  std::vector<Event*> removed;
+  std::lock_guard lock(channel->mu);
+  auto& queue = channel->queue;
+  for (auto it = queue.begin(); it != queue.end();) {
+    if (match(*it)) {
+      removed.push_back(*it);
+      it = queue.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  TakeBack(channel, removed.size());
+  return removed;
 }
 
 }  // namespace
@@ -112,8 +131,11 @@ int Take(Channel* channel, Event** out) {
     Event* event = channel->queue.front();
     channel->queue.pop_front();
     {
+      // Counted before the channel's lock goes, so a leave or destroy that
+      // finds the event gone also finds it counted, and waits for its ack.
       std::lock_guard id_lock(event->owner->mu);
       ++event->owner->reported;
+      if (event->mc != nullptr) ++event->mc->reported;
     }
     *out = event;
     return 0;
@@ -121,19 +143,11 @@ int Take(Channel* channel, Event** out) {
 }
 
 std::vector<Event*> RemoveEvents(Channel* channel, const Id* id) {
-  std::vector<Event*> removed;
-  std::lock_guard lock(channel->mu);
-  auto& queue = channel->queue;
-  for (auto it = queue.begin(); it != queue.end();) {
-    if ((*it)->owner == id || (*it)->target == id) {
-      removed.push_back(*it);
-      it = queue.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  TakeBack(channel, removed.size());
-  return removed;
+  return RemoveQueued(channel, [id](const Event* e) { return e->owner == id || e->target == id; });
+}
+
+std::vector<Event*> RemoveEvents(Channel* channel, const Membership* mc) {
+  return RemoveQueued(channel, [mc](const Event* e) { return e->mc == mc; });
 }
 
 void MoveEvents(Id* id, Channel* from, Channel* to) {

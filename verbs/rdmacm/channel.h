@@ -29,6 +29,7 @@
 namespace rdmaemu::rdmacm {
 
 struct Id;
+struct Membership;
 
 // One event. The application sees `event` (first, so the pointer it gets
 // is the Event's); the rest is the library's.
@@ -40,6 +41,9 @@ struct Event {
   Id* owner = nullptr;
   // The id the event is for (the new child for CONNECT_REQUEST).
   Id* target = nullptr;
+  // MULTICAST_JOIN/ERROR: the membership it reports, whose own counts it
+  // adds to as well (rdma_leave_multicast waits for them).
+  Membership* mc = nullptr;
   // What the device reported (the peer's REQ/REP/REJ/SIDR parameters).
   rdmaemu_cm_param param{};
   // Event private data points here, valid until the ack.
@@ -75,6 +79,9 @@ int Take(Channel* channel, Event** event);
 // Removes every queued event of `id` (owned by it or for it) and takes
 // their counts back; returns them in order, for the caller to dispose of.
 std::vector<Event*> RemoveEvents(Channel* channel, const Id* id);
+
+// Removes every queued event of the membership `mc` the same way.
+std::vector<Event*> RemoveEvents(Channel* channel, const Membership* mc);
 
 // Moves the queued events of `id` from channel `from` to `to`, and routes
 // `id` (and the children of its queued CONNECT_REQUESTs, whose events move

@@ -1,10 +1,9 @@
 // What remains of rdma_cma.h: rdma_set_option, rdma_migrate_id,
 // rdma_get_devices / rdma_free_devices, rdma_get_src_port /
-// rdma_get_dst_port, ECE, and multicast (not implemented yet).
+// rdma_get_dst_port and ECE (multicast is multicast.cc's).
 #include <infiniband/sa.h>
 #include <rdma/rdma_cma.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -73,16 +72,6 @@ int DeviceOption(Id* p, int name, uint32_t value, const char* what) {
     return Fail(error);
   }
   return 0;
-}
-
-int MulticastNotImplemented(rdma_cm_id* id, const void* addr, const char* what) {
-  if (id == nullptr || addr == nullptr) {
-    Log().warn("{}: a NULL argument", what);
-    return Fail(EINVAL);
-  }
-  static std::atomic<bool> warned{false};
-  if (!warned.exchange(true)) Log().warn("RDMA CM multicast is not implemented yet");
-  return Fail(ENOSYS);
 }
 
 __be16 PortOf(const sockaddr* addr) {
@@ -242,19 +231,6 @@ int rdma_get_remote_ece(rdma_cm_id* id, ibv_ece* ece) {
   // The device carries no ECE: the peer's is off (vendor_id 0).
   *ece = {};
   return 0;
-}
-
-int rdma_join_multicast(rdma_cm_id* id, sockaddr* addr, void* context) {
-  return MulticastNotImplemented(id, addr, "rdma_join_multicast");
-}
-
-int rdma_join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex* mc_join_attr,
-                           void* context) {
-  return MulticastNotImplemented(id, mc_join_attr, "rdma_join_multicast_ex");
-}
-
-int rdma_leave_multicast(rdma_cm_id* id, sockaddr* addr) {
-  return MulticastNotImplemented(id, addr, "rdma_leave_multicast");
 }
 
 }  // extern "C"

@@ -13,6 +13,7 @@
 
 #include "verbs/rdmacm/address.h"
 #include "verbs/rdmacm/library.h"
+#include "verbs/rdmacm/multicast.h"
 
 namespace rdmaemu::rdmacm {
 namespace {
@@ -255,6 +256,7 @@ void AckInternally(Event* event) {
   {
     std::lock_guard lock(owner->mu);
     ++owner->acked;
+    if (event->mc != nullptr) ++event->mc->acked;
   }
   owner->acked_cv.notify_all();
   delete event;
@@ -346,7 +348,9 @@ int rdma_destroy_id(rdma_cm_id* id) {
     }
     p->has_handle = false;
   }
+  LeaveAll(p);
   DiscardAndWait(p, "rdma_destroy_id");
+  FreeMemberships(p);
   DeleteId(p);
   return 0;
 }
@@ -412,6 +416,10 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** out) {
         }
         CopyConnParam(event);
         id->state = State::kDisconnected;
+        break;
+      case RDMA_CM_EVENT_MULTICAST_JOIN:
+        // param.ud was filled by the join; the QP is attached now.
+        ProcessJoin(event);
         break;
       case RDMA_CM_EVENT_ADDR_RESOLVED:
       case RDMA_CM_EVENT_ADDR_ERROR:

@@ -1,10 +1,12 @@
 // cm ids: the private struct behind each rdma_cm_id, its event accounting
 // (reported/acked, destroy waits for the acks) and its connection state.
 //
-// Thread safety: `reported`/`acked` are guarded by `mu` (the device's
-// threads never touch them); `route` is read by the device's threads when
-// they deliver. Everything else is the application's, which uses an id
-// from one thread at a time, as rdma-core requires.
+// Thread safety: `reported`/`acked` (and each multicast membership's) are
+// guarded by `mu` (the device's threads never touch them); `memberships`
+// by `mc_mu`, since rdma_leave_multicast may run while another thread reads
+// the join's event; `route` is read by the device's threads when they
+// deliver. Everything else is the application's, which uses an id from one
+// thread at a time, as rdma-core requires.
 #pragma once
 
 #include <rdma/rdma_cma.h>
@@ -21,6 +23,7 @@
 namespace rdmaemu::rdmacm {
 
 struct Device;
+struct Membership;  // multicast.h
 
 // Where an id is in the CM's life (the kernel's enum rdma_cm_state, as far
 // as the library needs it; the device checks the wire states).
@@ -81,6 +84,10 @@ struct Id {
   std::vector<uint8_t> connect_data;
 
   ibv_ece local_ece{};
+
+  // Multicast groups joined (rdma_join_multicast), newest last.
+  std::mutex mc_mu;
+  std::vector<Membership*> memberships;  // guarded by mc_mu
 };
 
 inline Id* ToId(rdma_cm_id* id) { return reinterpret_cast<Id*>(id); }

@@ -18,6 +18,7 @@
 #include "verbs/rdmacm/address.h"
 #include "verbs/rdmacm/id.h"
 #include "verbs/rdmacm/library.h"
+#include "verbs/rdmacm/multicast.h"
 
 namespace rdmaemu::rdmacm {
 namespace {
@@ -294,6 +295,8 @@ void rdma_destroy_qp(rdma_cm_id* id) {
     return;
   }
   if (id->qp != nullptr) {
+    // Its groups' memberships stay with the id, attached to no QP.
+    DetachAll(ToId(id));
     if (int error = ibv_destroy_qp(id->qp); error != 0) {
       Log().warn("rdma_destroy_qp: ibv_destroy_qp failed: {}", std::strerror(error));
     }
