@@ -427,7 +427,9 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather 
   fault::PacketMeta meta;
   meta.dir = fault::kTx;
   meta.port = port;
-  meta.local_qpn = qp != nullptr ? qp->qpn : 0;
+  // A packet of no QP is a CM MAD, sent from QP1 (its DETH says so): rules
+  // with qpn=1 must see it as QP1's, as they see the MADs QP1 receives.
+  meta.local_qpn = qp != nullptr ? qp->qpn : fields.deth.src_qpn;
   meta.dst_qpn = fields.bth.dest_qpn;
   meta.psn = fields.bth.psn;
   meta.opcode = static_cast<uint8_t>(fields.opcode);
