@@ -14,6 +14,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "emulator/base/log.h"
@@ -24,8 +25,9 @@ namespace {
 
 constexpr int kBatch = 64;        // datagrams per recvmmsg / sendmmsg
 constexpr int kReceiveRounds = 16;  // recvmmsg calls per wakeup, then others get a turn
-// epoll tags: a socket's is its index, 0..kMaxSockets-1.
-constexpr uint64_t kDoorbellTag = 1000;
+// epoll tags: a socket's is its index, 0..kMaxSockets-1; a group socket's
+// its handle (32 bits, from kFirstGroupHandle up).
+constexpr uint64_t kDoorbellTag = ~uint64_t{0};
 
 // Room for one IP_PKTINFO control message, aligned for cmsghdr.
 union Control {
@@ -62,8 +64,11 @@ class EpollLoop final : public LoopBase {
 
  private:
   void Run() override;
-  // Returns true if any datagram was delivered.
-  bool ReceiveAll(int socket);
+  // Receives what `fd` holds as socket `owner`'s; true if any datagram was
+  // delivered.
+  bool ReceiveAll(int fd, int owner);
+  // Adds the group sockets added to the epoll set and closes the removed.
+  void ApplyGroupChanges();
   void Flush();
   void WatchWritable(int socket, bool on);
   void DrainDoorbell();
@@ -87,11 +92,21 @@ class EpollLoop final : public LoopBase {
   // A socket said EAGAIN: wait for its EPOLLOUT before sending again
   // (sends keep their order across sockets, so all of them wait).
   int blocked_ = -1;
+
+  struct Group {
+    int owner = 0;
+    UdpSocket socket;
+  };
+  std::map<uint32_t, Group> groups_;  // by handle
+  std::vector<GroupSocket> groups_added_;
+  std::vector<uint32_t> groups_removed_;
+  std::vector<uint32_t> groups_readable_;
 };
 
 void EpollLoop::Run() {
-  std::array<epoll_event, 4> events{};
+  std::array<epoll_event, 16> events{};
   while (!stop_requested()) {
+    ApplyGroupChanges();
     int timeout_ms = -1;
     if (auto wake = NextWake()) {
       const auto left = *wake - Clock::now();
@@ -106,9 +121,14 @@ void EpollLoop::Run() {
       Add(counters().wakeups);
     }
     bool readable[kMaxSockets] = {};
+    groups_readable_.clear();
     for (int i = 0; i < n; ++i) {
       if (events[i].data.u64 == kDoorbellTag) {
         DrainDoorbell();
+      } else if (events[i].data.u64 >= kFirstGroupHandle) {
+        if (events[i].events & (EPOLLIN | EPOLLERR)) {
+          groups_readable_.push_back(static_cast<uint32_t>(events[i].data.u64));
+        }
       } else {
         const int s = static_cast<int>(events[i].data.u64);
         if (events[i].events & (EPOLLIN | EPOLLERR)) readable[s] = true;
@@ -124,14 +144,41 @@ void EpollLoop::Run() {
     if (RetryDue(Clock::now())) ClearRetry();
     bool delivered = false;
     for (int s = 0; s < num_sockets(); ++s) {
-      if (readable[s] && ReceiveAll(s)) delivered = true;
+      if (readable[s] && ReceiveAll(socket_fd(s), s)) delivered = true;
+    }
+    // The set of groups changes only at the top of the round.
+    for (uint32_t handle : groups_readable_) {
+      const Group& g = groups_.at(handle);
+      if (ReceiveAll(g.socket.fd(), g.owner)) delivered = true;
     }
     MaybeWork(delivered);
     Flush();
   }
 }
 
-bool EpollLoop::ReceiveAll(int socket) {
+void EpollLoop::ApplyGroupChanges() {
+  groups_added_.clear();
+  groups_removed_.clear();
+  if (!TakeGroupChanges(&groups_added_, &groups_removed_)) return;
+  for (GroupSocket& added : groups_added_) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = added.handle;
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, added.socket.fd(), &ev) != 0) {
+      RDMAEMU_WARN_LIMITED("epoll_ctl: cannot watch the socket of {}: {}",
+                           ToString(added.socket.address()), ErrnoText(errno));
+    }
+    groups_.insert_or_assign(added.handle, Group{added.owner, std::move(added.socket)});
+  }
+  for (uint32_t handle : groups_removed_) {
+    auto it = groups_.find(handle);
+    if (it == groups_.end()) continue;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.socket.fd(), nullptr);
+    groups_.erase(it);  // closes the socket
+  }
+}
+
+bool EpollLoop::ReceiveAll(int fd, int owner) {
   bool delivered = false;
   for (int round = 0; round < kReceiveRounds && !stop_requested(); ++round) {
     for (int i = 0; i < kBatch; ++i) {
@@ -145,7 +192,7 @@ bool EpollLoop::ReceiveAll(int socket) {
       m.msg_control = controls_[i].bytes;
       m.msg_controllen = sizeof(controls_[i].bytes);
     }
-    const int n = recvmmsg(socket_fd(socket), msgs_.data(), kBatch, MSG_DONTWAIT, nullptr);
+    const int n = recvmmsg(fd, msgs_.data(), kBatch, MSG_DONTWAIT, nullptr);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
@@ -167,7 +214,7 @@ bool EpollLoop::ReceiveAll(int socket) {
       d.src = names_[i];
       d.dst = DestinationOf(m);
       d.data = {static_cast<const uint8_t*>(iovs_[i].iov_base), msgs_[i].msg_len};
-      d.socket = socket;
+      d.socket = owner;
       bytes += msgs_[i].msg_len;
     }
     if (count > 0 && !stop_requested()) {

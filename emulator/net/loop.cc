@@ -115,6 +115,36 @@ LoopBase::LoopBase(Backend backend, std::vector<UdpSocket> sockets, LoopHandler*
       handler_(handler),
       doorbell_fd_(doorbell_fd) {}
 
+uint32_t LoopBase::AddGroupSocket(int owner, UdpSocket socket) {
+  uint32_t handle;
+  {
+    std::lock_guard lock(groups_mu_);
+    handle = next_group_handle_++;
+    groups_added_.push_back({handle, owner, std::move(socket)});
+  }
+  group_changes_.store(true, std::memory_order_release);
+  Ring();
+  return handle;
+}
+
+void LoopBase::RemoveGroupSocket(uint32_t handle) {
+  {
+    std::lock_guard lock(groups_mu_);
+    groups_removed_.push_back(handle);
+  }
+  group_changes_.store(true, std::memory_order_release);
+  Ring();
+}
+
+bool LoopBase::TakeGroupChanges(std::vector<GroupSocket>* added, std::vector<uint32_t>* removed) {
+  if (!group_changes_.load(std::memory_order_acquire)) return false;
+  std::lock_guard lock(groups_mu_);
+  group_changes_.store(false, std::memory_order_relaxed);
+  added->swap(groups_added_);
+  removed->swap(groups_removed_);
+  return true;
+}
+
 LoopBase::~LoopBase() {
   Stop();
   close(doorbell_fd_);

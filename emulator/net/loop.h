@@ -148,6 +148,15 @@ class Loop {
   void Send(const sockaddr_in& to, std::span<const iovec> iov) { Send(0, to, iov); }
   virtual bool InLoopThread() const = 0;
   virtual LoopStats stats() const = 0;
+
+  // Any thread: receive on a multicast group's socket too (UdpSocket::
+  // OpenGroup) while the loop runs. Its datagrams are delivered as if socket
+  // `owner` (the port that joined) had received them, their `dst` the
+  // group. Takes effect on the loop's next round. The handle, never reused,
+  // names it to RemoveGroupSocket, after which nothing more is delivered
+  // from it and the socket is closed once the backend has let go of it.
+  virtual uint32_t AddGroupSocket(int owner, UdpSocket socket) = 0;
+  virtual void RemoveGroupSocket(uint32_t handle) = 0;
 };
 
 }  // namespace rdmaemu::net

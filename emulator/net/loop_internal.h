@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -76,6 +77,16 @@ class SendPool {
 // The part of a Loop that does not depend on the backend. A backend
 // implements Run(), which returns when stop_requested(); its destructor must
 // call Stop() first, while its own members still exist.
+// A group socket on its way into a backend (Loop::AddGroupSocket).
+struct GroupSocket {
+  uint32_t handle = 0;
+  int owner = 0;
+  UdpSocket socket;
+};
+// Group handles start above every socket index, so a backend can tell the
+// two apart in one number (io_uring user_data, epoll data).
+inline constexpr uint32_t kFirstGroupHandle = 16;
+
 class LoopBase : public Loop {
  public:
   LoopBase(Backend backend, std::vector<UdpSocket> sockets, LoopHandler* handler, int doorbell_fd);
@@ -90,6 +101,8 @@ class LoopBase : public Loop {
   void Ring() override;
   bool InLoopThread() const override;
   LoopStats stats() const override;
+  uint32_t AddGroupSocket(int owner, UdpSocket socket) override;
+  void RemoveGroupSocket(uint32_t handle) override;
 
  protected:
   virtual void Run() = 0;
@@ -123,6 +136,11 @@ class LoopBase : public Loop {
   // doorbell rang, or the deadline passed.
   void MaybeWork(bool delivered);
 
+  // Loop thread: the group sockets added and the handles removed since the
+  // last call, in that order (a handle added and removed in between comes
+  // in both). False, touching nothing, when there are none.
+  bool TakeGroupChanges(std::vector<GroupSocket>* added, std::vector<uint32_t>* removed);
+
  private:
   void ThreadMain();
   int64_t CpuNanos() const;
@@ -145,6 +163,13 @@ class LoopBase : public Loop {
   std::atomic<std::thread::id> loop_thread_{};
   std::atomic<int64_t> final_cpu_ns_{0};
   Counters counters_;
+
+  // Group sockets waiting for the loop thread (AddGroupSocket/Remove...).
+  std::mutex groups_mu_;
+  std::vector<GroupSocket> groups_added_;     // guarded by groups_mu_
+  std::vector<uint32_t> groups_removed_;      // guarded by groups_mu_
+  uint32_t next_group_handle_ = kFirstGroupHandle;  // guarded by groups_mu_
+  std::atomic<bool> group_changes_{false};
 
   // Loop thread only.
   std::optional<Clock::time_point> deadline_;

@@ -125,10 +125,54 @@ Result<UdpSocket> UdpSocket::Open(const UdpSocketOptions& options) {
   if (getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
     return Failed(errno, "getsockname");
   }
+  // Multicast leaves by the port's own interface (on loopback, lo), where
+  // the groups the port's QPs joined are; the kernel's default would be the
+  // interface of the default route.
+  in_addr interface = bound.sin_addr;
+  if (setsockopt(fd.get(), IPPROTO_IP, IP_MULTICAST_IF, &interface, sizeof(interface)) != 0) {
+    return Failed(errno, "cannot set IP_MULTICAST_IF to " + ToString(interface));
+  }
   const int rcvbuf = GetInt(fd.get(), SOL_SOCKET, SO_RCVBUF);
   const int sndbuf = GetInt(fd.get(), SOL_SOCKET, SO_SNDBUF);
   Log().debug("udp socket bound to {} (rcvbuf {} sndbuf {})", ToString(bound), rcvbuf, sndbuf);
   return UdpSocket(fd.release(), bound, rcvbuf, sndbuf);
+}
+
+Result<UdpSocket> UdpSocket::OpenGroup(in_addr group, uint16_t port, in_addr interface,
+                                       int buffer_bytes) {
+  if (!IN_MULTICAST(ntohl(group.s_addr))) {
+    return InvalidArgument(ToString(group) + " is not an IPv4 multicast address");
+  }
+  Fd fd(socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) return Failed(errno, "cannot create a UDP socket");
+  // Every process whose QPs joined the group binds (group, port): each
+  // gets its own copy of each datagram, which only SO_REUSEADDR allows.
+  if (int err = SetInt(fd.get(), SOL_SOCKET, SO_REUSEADDR, 1); err != 0) {
+    return Failed(-err, "cannot set SO_REUSEADDR");
+  }
+  if (int err = SetInt(fd.get(), IPPROTO_IP, IP_PKTINFO, 1); err != 0) {
+    return Failed(-err, "cannot enable IP_PKTINFO");
+  }
+  // Only the groups this socket joined, not every group some socket of the
+  // host joined (Linux's default, IP_MULTICAST_ALL).
+  if (int err = SetInt(fd.get(), IPPROTO_IP, IP_MULTICAST_ALL, 0); err != 0) {
+    return Failed(-err, "cannot clear IP_MULTICAST_ALL");
+  }
+  SetBuffer(fd.get(), SO_RCVBUFFORCE, SO_RCVBUF, buffer_bytes);
+  const sockaddr_in want = MakeAddress(ntohl(group.s_addr), port);
+  if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&want), sizeof(want)) != 0) {
+    return Failed(errno, "cannot bind " + ToString(want));
+  }
+  ip_mreq join{};
+  join.imr_multiaddr = group;
+  join.imr_interface = interface;
+  if (setsockopt(fd.get(), IPPROTO_IP, IP_ADD_MEMBERSHIP, &join, sizeof(join)) != 0) {
+    return Failed(errno, "cannot join " + ToString(group) + " on the interface of " +
+                             ToString(interface));
+  }
+  const int rcvbuf = GetInt(fd.get(), SOL_SOCKET, SO_RCVBUF);
+  Log().debug("udp socket joined {} on {}", ToString(want), ToString(interface));
+  return UdpSocket(fd.release(), want, rcvbuf, 0);
 }
 
 UdpSocket::UdpSocket(UdpSocket&& other) noexcept

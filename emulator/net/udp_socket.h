@@ -51,6 +51,13 @@ class UdpSocket {
   // assign requested address"; "auto" with every address taken fails with
   // EADDRINUSE.
   static Result<UdpSocket> Open(const UdpSocketOptions& options);
+  // A socket that receives an IPv4 multicast group: bound to (group, port)
+  // with SO_REUSEADDR, so every process on the host that joined gets its own
+  // copy, and a member of the group on the interface of `interface` (a
+  // port's address). It only receives; a port sends to the group from its
+  // own socket. EINVAL if `group` is not in 224.0.0.0/4.
+  static Result<UdpSocket> OpenGroup(in_addr group, uint16_t port, in_addr interface,
+                                     int buffer_bytes = kDefaultSocketBufferBytes);
 
   UdpSocket(UdpSocket&& other) noexcept;
   UdpSocket& operator=(UdpSocket&& other) noexcept;

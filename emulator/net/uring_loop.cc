@@ -2,7 +2,7 @@
 //
 // Requests the ring carries, told apart by user_data (kind << 32 | slot):
 //   kRecv      one multishot recvmsg per socket (the slot is the socket's
-//              index), each datagram landing in a buffer the kernel picks
+//              index, or a group socket's handle), each datagram landing in a buffer the kernel picks
 //              from the one provided buffer ring they share. It is
 //              re-armed when a completion comes without IORING_CQE_F_MORE
 //              (the kernel ended it, e.g. -ENOBUFS when every buffer was
@@ -26,6 +26,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "emulator/base/log.h"
@@ -207,7 +208,11 @@ class UringLoop final : public LoopBase {
 
   void Run() override;
   io_uring_sqe* GetSqe();
-  void ArmRecv(int socket);
+  // One multishot receive on `fd`, its completions tagged with `slot`.
+  void ArmRecv(int fd, uint32_t slot);
+  // Takes in the group sockets added and lets go of the removed ones: an
+  // armed receive is cancelled, and the socket closed on its last completion.
+  void ApplyGroupChanges();
   void ArmDoorbell();
   void SubmitSend(int id);
   void RetrySends();
@@ -229,6 +234,15 @@ class UringLoop final : public LoopBase {
   uint64_t doorbell_value_ = 0;
   int inflight_ = 0;  // requests the kernel still holds
   bool recv_armed_[kMaxSockets] = {};
+  struct Group {
+    int owner = 0;
+    UdpSocket socket;
+    bool armed = false;
+    bool closing = false;  // removed: waiting for its receive's last completion
+  };
+  std::map<uint32_t, Group> groups_;  // by handle
+  std::vector<GroupSocket> groups_added_;
+  std::vector<uint32_t> groups_removed_;
   bool doorbell_armed_ = false;
   int recv_error_streak_ = 0;
   bool recv_backoff_ = false;
@@ -247,8 +261,19 @@ void UringLoop::Run() {
       recv_backoff_ = false;
       RetrySends();
     }
+    ApplyGroupChanges();
     for (int s = 0; s < num_sockets() && !recv_backoff_; ++s) {
-      if (!recv_armed_[s]) ArmRecv(s);
+      if (!recv_armed_[s]) {
+        ArmRecv(socket_fd(s), static_cast<uint32_t>(s));
+        recv_armed_[s] = true;
+      }
+    }
+    for (auto& [handle, g] : groups_) {
+      if (recv_backoff_) break;
+      if (!g.armed && !g.closing) {
+        ArmRecv(g.socket.fd(), handle);
+        g.armed = true;
+      }
     }
     if (!doorbell_armed_) ArmDoorbell();
 
@@ -289,14 +314,34 @@ io_uring_sqe* UringLoop::GetSqe() {
   }
 }
 
-void UringLoop::ArmRecv(int socket) {
+void UringLoop::ArmRecv(int fd, uint32_t slot) {
   io_uring_sqe* sqe = GetSqe();
-  io_uring_prep_recvmsg_multishot(sqe, socket_fd(socket), &recv_msg_, 0);
+  io_uring_prep_recvmsg_multishot(sqe, fd, &recv_msg_, 0);
   sqe->flags |= IOSQE_BUFFER_SELECT;
   sqe->buf_group = kBufferGroup;
-  io_uring_sqe_set_data64(sqe, Tag(kRecv, static_cast<uint32_t>(socket)));
-  recv_armed_[socket] = true;
+  io_uring_sqe_set_data64(sqe, Tag(kRecv, slot));
   ++inflight_;
+}
+
+void UringLoop::ApplyGroupChanges() {
+  groups_added_.clear();
+  groups_removed_.clear();
+  if (!TakeGroupChanges(&groups_added_, &groups_removed_)) return;
+  for (GroupSocket& added : groups_added_) {
+    groups_.insert_or_assign(added.handle, Group{added.owner, std::move(added.socket)});
+  }
+  for (uint32_t handle : groups_removed_) {
+    auto it = groups_.find(handle);
+    if (it == groups_.end() || it->second.closing) continue;
+    if (!it->second.armed) {
+      groups_.erase(it);
+      continue;
+    }
+    it->second.closing = true;
+    io_uring_sqe* sqe = GetSqe();
+    io_uring_prep_cancel64(sqe, Tag(kRecv, handle), 0);
+    io_uring_sqe_set_data64(sqe, Tag(kCancel));
+  }
 }
 
 void UringLoop::ArmDoorbell() {
@@ -370,10 +415,27 @@ void UringLoop::Reap() {
 }
 
 void UringLoop::HandleRecv(const io_uring_cqe& cqe) {
-  const int socket = static_cast<int>(cqe.user_data & 0xffffffff);
-  if (!(cqe.flags & IORING_CQE_F_MORE)) {
-    recv_armed_[socket] = false;
-    --inflight_;
+  const uint32_t slot = static_cast<uint32_t>(cqe.user_data & 0xffffffff);
+  const bool ended = !(cqe.flags & IORING_CQE_F_MORE);
+  if (ended) --inflight_;
+  int socket;
+  if (slot < kFirstGroupHandle) {
+    socket = static_cast<int>(slot);
+    if (ended) recv_armed_[socket] = false;
+  } else {
+    auto it = groups_.find(slot);
+    if (it == groups_.end()) return;  // never: a group leaves on its last completion
+    socket = it->second.owner;
+    if (ended) it->second.armed = false;
+    if (it->second.closing) {
+      // Removed: what it still brings is no longer wanted.
+      if (cqe.res >= 0 && (cqe.flags & IORING_CQE_F_BUFFER)) {
+        const uint16_t bid = static_cast<uint16_t>(cqe.flags >> IORING_CQE_BUFFER_SHIFT);
+        ReturnBuffers(std::span<const uint16_t>(&bid, 1));
+      }
+      if (ended) groups_.erase(it);
+      return;
+    }
   }
   if (cqe.res < 0) {
     if (cqe.res == -ENOBUFS || cqe.res == -ECANCELED) return;  // re-armed after Deliver
@@ -381,7 +443,7 @@ void UringLoop::HandleRecv(const io_uring_cqe& cqe) {
     // once the first time; back off if the receive keeps failing.
     Add(counters().receive_errors);
     Log().debug("multishot recvmsg: {}", ErrnoText(-cqe.res));
-    if (!recv_armed_[socket] && ++recv_error_streak_ > 1) {
+    if (ended && ++recv_error_streak_ > 1) {
       recv_backoff_ = true;
       SetRetryAt(Clock::now() + kSendRetryDelay);
     }

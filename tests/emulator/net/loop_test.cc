@@ -4,6 +4,7 @@
 #include "emulator/net/loop.h"
 
 #include <arpa/inet.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -219,6 +220,9 @@ TEST_P(LoopTest, ThousandsOfDatagramsArriveIntact) {
       << b->stats().receive_errors;
   EXPECT_EQ(corrupt.load(), 0u);
   EXPECT_EQ(duplicates.load(), 0u);
+  // io_uring counts a send when its completion is reaped, which may come
+  // after the receiver already has the datagram.
+  EXPECT_TRUE(WaitUntil([&] { return a->stats().datagrams_sent >= kCount; }, 5s));
   const LoopStats sa = a->stats(), sb = b->stats();
   EXPECT_EQ(sa.datagrams_sent, kCount);
   EXPECT_EQ(sa.send_drops, 0u);
@@ -511,6 +515,97 @@ TEST_P(LoopTest, BurstLargerThanThePendingLimitIsSentWithoutDrops) {
   ASSERT_TRUE(WaitUntil([&] { return a->stats().datagrams_sent == kBurst; }))
       << a->stats().datagrams_sent << " sent, " << a->stats().send_drops << " dropped";
   EXPECT_EQ(a->stats().send_drops, 0u);
+}
+
+// A group socket added to a running loop delivers the group's datagrams as
+// its owner socket's, with the group as their destination, to every loop
+// that added one; once removed, nothing more arrives through it.
+TEST_P(LoopTest, GroupSocketsDeliverAsTheirOwnerUntilRemoved) {
+  FnHandler ha, hb, hc;
+  std::unique_ptr<Loop> a = MakeLoop(&ha);
+  std::unique_ptr<Loop> b = MakeLoop(&hb);
+  std::unique_ptr<Loop> c = MakeLoop(&hc);
+  ASSERT_TRUE(a && b && c);
+  // A group of its own for each run, so tests running at once never share it.
+  const uint32_t group_host = 0xef000000u | (static_cast<uint32_t>(getpid()) & 0xffff) << 8 |
+                              (GetParam() == Backend::kUring ? 1u : 2u);
+  const in_addr group{htonl(group_host)};
+
+  std::mutex mu;
+  std::vector<Seen> at_b, at_c;
+  auto recorder = [&](std::vector<Seen>& into, std::span<const Datagram> batch, int* socket) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const Datagram& d : batch) {
+      into.push_back({d.src, d.dst, {d.data.begin(), d.data.end()}});
+      *socket = d.socket;
+    }
+  };
+  int b_socket = -1, c_socket = -1;
+  hb.on_datagrams = [&](std::span<const Datagram> batch) { recorder(at_b, batch, &b_socket); };
+  hc.on_datagrams = [&](std::span<const Datagram> batch) { recorder(at_c, batch, &c_socket); };
+  std::atomic<int> to_send{0};
+  std::string payload;
+  ha.on_work = [&](Clock::time_point) -> std::optional<Clock::time_point> {
+    for (; to_send.load() > 0; --to_send) {
+      sockaddr_in to{};
+      to.sin_family = AF_INET;
+      to.sin_addr = group;
+      to.sin_port = htons(kTestPort);
+      const iovec iov[] = {Iov(payload.data(), payload.size())};
+      a->Send(to, iov);
+    }
+    return std::nullopt;
+  };
+  StopFirst stop_first{a.get(), b.get(), c.get()};
+  a->Start();
+  b->Start();
+  c->Start();
+  auto gb = UdpSocket::OpenGroup(group, kTestPort, b->address().sin_addr);
+  auto gc = UdpSocket::OpenGroup(group, kTestPort, c->address().sin_addr);
+  ASSERT_TRUE(gb.ok()) << gb.status().message();
+  ASSERT_TRUE(gc.ok()) << gc.status().message();
+  const uint32_t handle_b = b->AddGroupSocket(0, std::move(gb).value());
+  c->AddGroupSocket(0, std::move(gc).value());
+
+  payload = "to the group";
+  to_send = 1;
+  a->Ring();
+  ASSERT_TRUE(WaitUntil([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return !at_b.empty() && !at_c.empty();
+  }));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const std::vector<Seen>* at : {&at_b, &at_c}) {
+      ASSERT_EQ(at->size(), 1u);
+      EXPECT_EQ((*at)[0].payload, "to the group");
+      EXPECT_EQ((*at)[0].dst.s_addr, group.s_addr) << ToString((*at)[0].dst);
+      EXPECT_TRUE(SameEndpoint((*at)[0].src, a->address())) << ToString((*at)[0].src);
+    }
+    EXPECT_EQ(b_socket, 0);
+    EXPECT_EQ(c_socket, 0);
+  }
+
+  b->RemoveGroupSocket(handle_b);
+  b->RemoveGroupSocket(handle_b);  // again: no effect
+  std::this_thread::sleep_for(50ms);  // the loop lets go of it on its next round
+  payload = "after b left";
+  to_send = 1;
+  a->Ring();
+  ASSERT_TRUE(WaitUntil([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return at_c.size() == 2;
+  }));
+  std::this_thread::sleep_for(100ms);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(at_b.size(), 1u) << "b received after removing its group socket";
+  EXPECT_EQ(at_c[1].payload, "after b left");
+}
+
+TEST(UdpSocketTest, OpenGroupRefusesAUnicastAddress) {
+  auto s = UdpSocket::OpenGroup(in_addr{htonl(0x7f000001)}, kTestPort, in_addr{htonl(0x7f000001)});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), EINVAL);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, LoopTest, ::testing::Values(Backend::kUring, Backend::kEpoll),
