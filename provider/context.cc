@@ -145,7 +145,9 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
   o.max_qp_init_rd_atom = device::kMaxQpRdAtom;
   o.atomic_cap = IBV_ATOMIC_HCA;
   o.max_mw = 0;
-  o.max_mcast_grp = 0;
+  o.max_mcast_grp = device::kMaxMcastGrp;
+  o.max_mcast_qp_attach = device::kMaxMcastQpAttach;
+  o.max_total_mcast_qp_attach = device::kMaxMcastGrp * device::kMaxMcastQpAttach;
   o.max_ah = device::kMaxAh;
   o.max_srq = device::kMaxSrq;
   o.max_srq_wr = device::kMaxSrqWr;

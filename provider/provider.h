@@ -125,6 +125,10 @@ int DestroyRwqIndTable(ibv_rwq_ind_table* table);
 
 Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr);
 int DestroyAh(ibv_ah* ah);
+// ibv_attach_mcast / ibv_detach_mcast: a UD QP joins or leaves the IPv4
+// group of an IPv4-mapped multicast GID on its port. 0 or an errno value.
+int AttachMcast(ibv_qp* qp, const ibv_gid& gid, uint16_t lid);
+int DetachMcast(ibv_qp* qp, const ibv_gid& gid, uint16_t lid);
 
 // The connection manager's commands for librdmacm (cm.cc): uapi.h's
 // rdmaemu_cm_* with its meanings, 0 or an errno value.

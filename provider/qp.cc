@@ -10,6 +10,7 @@
 #include "emulator/device/attributes.h"
 #include "emulator/engine/rss.h"
 #include "emulator/engine/trace.h"
+#include "emulator/net/udp_socket.h"
 #include "emulator/objects/qp_state.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
@@ -716,6 +717,7 @@ int QueryQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init_att
 int DetachQp(ibv_qp* ibv) {
   // No control-plane event names it after this (see DetachCq).
   ToContext(ibv->context)->device->directory().Remove(objects::ObjectKind::kQp, ibv->qp_num);
+  ToContext(ibv->context)->engine->StartPosted(ibv->qp_num);
   ToContext(ibv->context)->engine->RemoveQp(ibv->qp_num);
   return 0;
 }
@@ -768,6 +770,67 @@ Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr) {
   ah->attr = attr;
   ah->dst_ip = ip;
   return &ah->ibv;
+}
+
+namespace {
+
+// The group of an IPv4-mapped multicast GID (::ffff:224.0.0.0/4), network
+// order; EINVAL, with a line naming what is wrong, for any other GID.
+Result<uint32_t> McastGroup(const ibv_gid& gid, const char* verb) {
+  uint32_t group = 0;
+  if (!Ipv4FromGid(gid.raw, &group)) {
+    Log().warn("{}: the GID is not IPv4-mapped (::ffff:a.b.c.d): this RoCE v2 device carries "
+               "multicast as IPv4 multicast, the MGID of group 239.1.2.3 being ::ffff:239.1.2.3",
+               verb);
+    return InvalidArgument("not an IPv4-mapped multicast GID");
+  }
+  if (!IN_MULTICAST(ntohl(group))) {
+    Log().warn("{}: ::ffff:{} is not a multicast GID (its IPv4 address is not in 224.0.0.0/4)",
+               verb, net::ToString(in_addr{group}));
+    return InvalidArgument("not a multicast GID");
+  }
+  return group;
+}
+
+// Checks what ibv_attach_mcast and ibv_detach_mcast share; the QP's port.
+Result<uint8_t> McastPort(ibv_qp* ibv, const char* verb) {
+  if (Status dead = DeadDevice(ibv->context, verb); !dead.ok()) return dead;
+  if (ibv->qp_type != IBV_QPT_UD) {
+    Log().warn("{}: qp#{} is not a UD QP: only UD QPs receive multicast (IBA 10.5)", verb,
+               ibv->qp_num);
+    return InvalidArgument("not a UD QP");
+  }
+  Qp* qp = ToQp(ibv);
+  std::lock_guard lock(qp->modify_mu);
+  // A QP in RESET has no port yet: port 1, where every device has one.
+  return qp->attrs.port_num != 0 ? qp->attrs.port_num : uint8_t{1};
+}
+
+}  // namespace
+
+int AttachMcast(ibv_qp* ibv, const ibv_gid& gid, uint16_t lid) {
+  (void)lid;  // RoCE has no multicast LIDs: the group is the address
+  auto port = McastPort(ibv, "ibv_attach_mcast");
+  if (!port.ok()) return port.status().code();
+  auto group = McastGroup(gid, "ibv_attach_mcast");
+  if (!group.ok()) return group.status().code();
+  Status s = ToContext(ibv->context)->engine->AttachMcast(ibv->qp_num, *port, *group);
+  if (!s.ok()) {
+    Log().warn("ibv_attach_mcast: qp#{} cannot join {}: {}", ibv->qp_num,
+               net::ToString(in_addr{*group}), s.message());
+  }
+  return s.code();
+}
+
+int DetachMcast(ibv_qp* ibv, const ibv_gid& gid, uint16_t lid) {
+  (void)lid;
+  auto port = McastPort(ibv, "ibv_detach_mcast");
+  if (!port.ok()) return port.status().code();
+  auto group = McastGroup(gid, "ibv_detach_mcast");
+  if (!group.ok()) return group.status().code();
+  Status s = ToContext(ibv->context)->engine->DetachMcast(ibv->qp_num, *port, *group);
+  if (!s.ok()) Log().warn("ibv_detach_mcast: {}", s.message());
+  return s.code();
 }
 
 int DestroyAh(ibv_ah* ah) {

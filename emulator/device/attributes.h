@@ -30,7 +30,9 @@ inline constexpr int kMaxAh = 0x10000;
 inline constexpr int kMaxSrq = 960;
 inline constexpr int kMaxSrqWr = 0x4000;
 inline constexpr int kMaxSrqSge = 27;
-inline constexpr int kMaxMcastGrp = 8192;
+// Each group a device joins is a socket of its own (bound to the group's
+// address), so groups cost file descriptors: a few hundred, not thousands.
+inline constexpr int kMaxMcastGrp = 256;
 inline constexpr int kMaxMcastQpAttach = 56;
 inline constexpr int kMaxInlineData = 256;
 // The P_Key table of an InfiniBand port; a RoCE port has one entry, 0xFFFF.

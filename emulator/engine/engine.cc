@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -264,6 +265,22 @@ void Engine::AddQp(std::shared_ptr<Qp> qp) {
   qps_[qpn] = std::move(qp);
 }
 
+void Engine::StartPosted(uint32_t qpn) {
+  auto qp = FindQp(qpn);
+  if (!qp) return;
+  const auto give_up = Clock::now() + kStartPostedWait;
+  for (;;) {
+    {
+      std::lock_guard lock(qp->mu);
+      const QpState state = qp->attrs.state;
+      if (qp->sq.empty() || (state != QpState::kRts && state != QpState::kSqd)) return;
+    }
+    if (Clock::now() >= give_up) return;
+    Doorbell(qpn);
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
 void Engine::RemoveQp(uint32_t qpn) {
   std::shared_ptr<Qp> qp;
   {
@@ -277,8 +294,105 @@ void Engine::RemoveQp(uint32_t qpn) {
   // may have found before we unpublished it: taking mu orders us after a use
   // in progress, and `removed` stops every later one (qp.h). Checking the
   // table again under mu would not do: FindQp and the lock are two steps.
-  std::lock_guard lock(qp->mu);
-  qp->removed = true;
+  {
+    std::lock_guard lock(qp->mu);
+    qp->removed = true;
+  }
+  std::lock_guard lock(mcast_mu_);
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    auto next = std::next(it);
+    const auto [port, group] = it->first;
+    if (std::find(it->second.qpns.begin(), it->second.qpns.end(), qpn) != it->second.qpns.end()) {
+      LeaveGroupLocked(port, group, qpn);
+    }
+    it = next;
+  }
+}
+
+Status Engine::AttachMcast(uint32_t qpn, uint8_t port, uint32_t group) {
+  if (!IN_MULTICAST(ntohl(group))) {
+    return InvalidArgument(net::ToString(in_addr{group}) + " is not an IPv4 multicast group");
+  }
+  if (port < 1 || port > endpoints_.size()) return InvalidArgument("no such port");
+  std::lock_guard lock(mcast_mu_);
+  auto it = groups_.find({port, group});
+  if (it != groups_.end()) {
+    std::vector<uint32_t>& qpns = it->second.qpns;
+    if (std::find(qpns.begin(), qpns.end(), qpn) != qpns.end()) return Status::Ok();
+    if (qpns.size() >= static_cast<size_t>(device::kMaxMcastQpAttach)) {
+      return NoMemory(fmt::format("group {} has {} QPs attached already (max_mcast_qp_attach)",
+                                  net::ToString(in_addr{group}), qpns.size()));
+    }
+    qpns.push_back(qpn);
+  } else {
+    if (groups_.size() >= static_cast<size_t>(device::kMaxMcastGrp)) {
+      return NoMemory(fmt::format("{} groups are joined already (max_mcast_grp)", groups_.size()));
+    }
+    const Endpoint& at = endpoints_[port - 1];
+    auto socket = net::UdpSocket::OpenGroup(in_addr{group}, at.udp_port, in_addr{htonl(at.ip)});
+    if (!socket.ok()) return socket.status();
+    const uint32_t handle = loop_->AddGroupSocket(port - 1, std::move(socket).value());
+    groups_.emplace(std::pair{port, group}, Group{handle, {qpn}});
+  }
+  Log().debug("{} qp#{} joined multicast group {} on port {}", device_->name(), qpn,
+              net::ToString(in_addr{group}), port);
+  return Status::Ok();
+}
+
+Status Engine::DetachMcast(uint32_t qpn, uint8_t port, uint32_t group) {
+  std::lock_guard lock(mcast_mu_);
+  auto it = groups_.find({port, group});
+  if (it == groups_.end() ||
+      std::find(it->second.qpns.begin(), it->second.qpns.end(), qpn) == it->second.qpns.end()) {
+    return InvalidArgument(fmt::format("qp#{} is not attached to {} on port {}", qpn,
+                                       net::ToString(in_addr{group}), port));
+  }
+  LeaveGroupLocked(port, group, qpn);
+  return Status::Ok();
+}
+
+void Engine::LeaveGroupLocked(uint8_t port, uint32_t group, uint32_t qpn) {
+  auto it = groups_.find({port, group});
+  if (it == groups_.end()) return;
+  std::erase(it->second.qpns, qpn);
+  Log().debug("{} qp#{} left multicast group {} on port {}", device_->name(), qpn,
+              net::ToString(in_addr{group}), port);
+  if (it->second.qpns.empty()) {
+    loop_->RemoveGroupSocket(it->second.handle);
+    groups_.erase(it);
+  }
+}
+
+void Engine::ReceiveMulticast(const wire::PacketView& packet, const net::Datagram& d,
+                              uint8_t port) {
+  // IBA 10.5.2.1: a multicast packet is a UD packet to QPN 0xFFFFFF.
+  if (packet.info().transport != wire::Transport::kUd || packet.dest_qpn() != wire::kMulticastQpn) {
+    CountPort(port, &Counters::dropped_malformed);
+    RDMAEMU_LOG_LIMITED(spdlog::level::debug,
+                        "{}: dropped a {} to qp#{} sent to group {}: multicast carries UD "
+                        "packets to QPN 0xFFFFFF only",
+                        device_->name(), packet.info().name, packet.dest_qpn(),
+                        net::ToString(d.dst));
+    return;
+  }
+  std::vector<uint32_t> qpns;
+  {
+    std::lock_guard lock(mcast_mu_);
+    auto it = groups_.find({port, d.dst.s_addr});
+    if (it != groups_.end()) qpns = it->second.qpns;
+  }
+  if (qpns.empty()) {  // its socket is closing: the last QP left
+    CountPort(port, &Counters::dropped_unknown_qpn);
+    return;
+  }
+  for (uint32_t qpn : qpns) {
+    auto qp = FindQp(qpn);
+    if (!qp) continue;  // being destroyed: RemoveQp detaches it
+    CountOnQp(*qp, &Counters::packets_received);
+    CountOnQp(*qp, &Counters::bytes_received, d.data.size());
+    if (TraceOn()) tracer_.Received(qp->qpn, packet, d.src);
+    ReceiveUd(*qp, packet, d, port);
+  }
 }
 
 void Engine::AddWq(std::shared_ptr<Wq> wq) {
@@ -828,6 +942,10 @@ void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
   }
   if (packet->dest_qpn() == cm::kGsiQpn) {
     ReceiveGsi(*packet, d, port);
+    return;
+  }
+  if (IN_MULTICAST(ntohl(d.dst.s_addr))) {
+    ReceiveMulticast(*packet, d, port);
     return;
   }
   auto qp = FindQp(packet->dest_qpn());

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -42,6 +43,8 @@ void FlushQp(Qp& qp);
 // The same for a WQ in ERR (caller must not hold wq.mu).
 void FlushWq(Wq& wq);
 
+inline constexpr std::chrono::milliseconds kStartPostedWait{100};
+
 class Engine : public net::LoopHandler, private fault::PacketSink, private cm::Wire {
  public:
   // Takes over the sockets of every port of the device and starts the loop
@@ -57,10 +60,28 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // A fresh QP number (24 bits, never 0 or 1, unique on this device).
   Result<uint32_t> AllocateQpn();
   void AddQp(std::shared_ptr<Qp> qp);
+  // Before a destroy (not on the loop thread): waits, at most
+  // kStartPostedWait, until the engine has started every WQE posted to an
+  // RTS QP. A NIC has sent what was posted long before its destroy command
+  // returns; programs that post unsignaled sends and destroy at once
+  // (Debian's mckey) rely on it.
+  void StartPosted(uint32_t qpn);
   // After this returns the engine holds no reference to the QP.
   void RemoveQp(uint32_t qpn);
   // Any thread: the QP has new send work (or was modified).
   void Doorbell(uint32_t qpn);
+
+  // Multicast (IBA 10.5), any thread: UD QP `qpn` receives what is sent to
+  // IPv4 group `group` (network order) on `port`, as the IP multicast the
+  // group is carried in on RoCE v2. The first QP of a group on a port opens
+  // the group's socket (net::UdpSocket::OpenGroup), the last to leave closes
+  // it. Attaching again is no error (as rxe). ENOMEM past
+  // device::kMaxMcastGrp groups or device::kMaxMcastQpAttach QPs in one;
+  // the socket's errno if the host refuses the group.
+  Status AttachMcast(uint32_t qpn, uint8_t port, uint32_t group);
+  // EINVAL if the QP is not attached to the group. RemoveQp detaches a QP
+  // from every group, as the kernel does at destroy.
+  Status DetachMcast(uint32_t qpn, uint8_t port, uint32_t group);
 
   // The device's counters: the sum of its ports'.
   CounterValues counters() const;
@@ -97,6 +118,12 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // A packet for QP1, the General Services Interface: a CM MAD goes to the
   // connection manager; anything else there is dropped and counted.
   void ReceiveGsi(const wire::PacketView& packet, const net::Datagram& dgram, uint8_t port);
+
+  // A UD packet that arrived for a multicast group: a copy for each QP
+  // attached to it on `port`.
+  void ReceiveMulticast(const wire::PacketView& packet, const net::Datagram& dgram, uint8_t port);
+  // Leaves the group, closing its socket if nobody is left; mcast_mu_ held.
+  void LeaveGroupLocked(uint8_t port, uint32_t group, uint32_t qpn);
 
   // engine.cc: UD and shared helpers.
   void ExecuteUdSend(Qp& qp, const SendWqe& wqe);
@@ -241,6 +268,14 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   uint32_t next_qpn_ = 0x11;                                // guarded by qps_mu_
 
   std::unordered_map<uint32_t, std::shared_ptr<Wq>> wqs_;  // guarded by qps_mu_
+
+  // Multicast groups joined, by (port, group address in network order).
+  struct Group {
+    uint32_t handle = 0;         // its socket in the loop (AddGroupSocket)
+    std::vector<uint32_t> qpns;  // the QPs attached
+  };
+  std::mutex mcast_mu_;
+  std::map<std::pair<uint8_t, uint32_t>, Group> groups_;  // guarded by mcast_mu_
 
   std::mutex pending_mu_;
   std::vector<uint32_t> pending_;  // guarded by pending_mu_: QPs rung since the last OnWork

@@ -27,6 +27,9 @@ namespace rdmaemu::wire {
 // The largest packet: the longest header (atomic requests, 40 bytes), a full
 // 4096-byte payload, and the ICRC (a 4096-byte payload needs no pad).
 inline constexpr size_t kMaxPacketBytes = 40 + kMaxPayloadBytes + kIcrcBytes;
+// The destination QPN of every multicast packet (IBA 10.5.2.1): the
+// receivers are the QPs attached to the group its destination names.
+inline constexpr uint32_t kMulticastQpn = 0xFFFFFF;
 
 // A parsed packet. Views point into the caller's buffer, which must outlive it.
 class PacketView {

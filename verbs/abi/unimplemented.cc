@@ -46,15 +46,6 @@ int ibv_query_ece(struct ibv_qp* qp, struct ibv_ece* ece) { FAIL_INT("ibv_query_
 int ibv_set_ece(struct ibv_qp* qp, struct ibv_ece* ece) { FAIL_INT("ibv_set_ece"); }
 
 
-// ---- Multicast (IBVERBS_1.1) ------------------------------------------------
-int ibv_attach_mcast(struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid) {
-  FAIL_INT("ibv_attach_mcast");
-}
-
-int ibv_detach_mcast(struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid) {
-  FAIL_INT("ibv_detach_mcast");
-}
-
 // ---- dma-buf MR (IBVERBS_1.12) ----------------------------------------------
 struct ibv_mr* ibv_reg_dmabuf_mr(struct ibv_pd* pd, uint64_t offset, size_t length,
                                  uint64_t iova, int fd, int access) {

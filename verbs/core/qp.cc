@@ -52,6 +52,16 @@ int ibv_destroy_qp(ibv_qp* qp) {
   return 0;
 }
 
+int ibv_attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
+  if (qp == nullptr || gid == nullptr) return EINVAL;
+  return provider::AttachMcast(qp, *gid, lid);
+}
+
+int ibv_detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
+  if (qp == nullptr || gid == nullptr) return EINVAL;
+  return provider::DetachMcast(qp, *gid, lid);
+}
+
 ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   auto ah = provider::CreateAh(pd, *attr);
   if (!ah.ok()) return FailWith<ibv_ah>(ah.status().code());
