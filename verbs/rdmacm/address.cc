@@ -415,6 +415,7 @@ int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
     Log().warn("rdma_bind_addr: {} is NULL", id == nullptr ? "the id" : "the address");
     return Fail(EINVAL);
   }
+  if (!LiveId(id, "rdma_bind_addr")) return Fail(EINVAL);
   sockaddr_in in;
   if (!ToIpv4(addr, &in)) {
     Log().warn("rdma_bind_addr: address family {} is not supported (IPv4 only)", addr->sa_family);
@@ -433,6 +434,7 @@ int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, in
     Log().warn("rdma_resolve_addr: {} is NULL", id == nullptr ? "the id" : "the destination");
     return Fail(EINVAL);
   }
+  if (!LiveId(id, "rdma_resolve_addr")) return Fail(EINVAL);
   Id* p = ToId(id);
   sockaddr_in dst, src{};
   if (!ToIpv4(dst_addr, &dst) || (src_addr != nullptr && !ToIpv4(src_addr, &src))) {
@@ -506,6 +508,7 @@ int rdma_resolve_route(rdma_cm_id* id, int timeout_ms) {
     Log().warn("rdma_resolve_route: the id is NULL");
     return Fail(EINVAL);
   }
+  if (!LiveId(id, "rdma_resolve_route")) return Fail(EINVAL);
   Id* p = ToId(id);
   if (p->state != State::kAddrResolved) {
     Log().warn("rdma_resolve_route: id {} is {}: call it after rdma_resolve_addr's "

@@ -98,6 +98,7 @@ int rdma_set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t
     Log().warn("rdma_set_option: {} is NULL", id == nullptr ? "the id" : "the value");
     return Fail(EINVAL);
   }
+  if (!LiveId(id, "rdma_set_option")) return Fail(EINVAL);
   Id* p = ToId(id);
   if (level == RDMA_OPTION_ID) {
     switch (optname) {
@@ -168,6 +169,7 @@ int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
     Log().warn("rdma_migrate_id: the id is NULL");
     return Fail(EINVAL);
   }
+  if (!LiveId(id, "rdma_migrate_id")) return Fail(EINVAL);
   Id* p = ToId(id);
   if (p->sync && channel == nullptr) {
     Log().warn("rdma_migrate_id: id {} has its own channel already", p->handle);
@@ -205,14 +207,17 @@ ibv_context** rdma_get_devices(int* num_devices) {
 void rdma_free_devices(ibv_context** list) { std::free(list); }
 
 __be16 rdma_get_src_port(rdma_cm_id* id) {
-  return id == nullptr ? 0 : PortOf(&id->route.addr.src_addr);
+  if (id == nullptr || !LiveId(id, "rdma_get_src_port")) return 0;
+  return PortOf(&id->route.addr.src_addr);
 }
 
 __be16 rdma_get_dst_port(rdma_cm_id* id) {
-  return id == nullptr ? 0 : PortOf(&id->route.addr.dst_addr);
+  if (id == nullptr || !LiveId(id, "rdma_get_dst_port")) return 0;
+  return PortOf(&id->route.addr.dst_addr);
 }
 
 int rdma_set_local_ece(rdma_cm_id* id, ibv_ece* ece) {
+  if (id != nullptr && !LiveId(id, "rdma_set_local_ece")) return Fail(EINVAL);
   if (id == nullptr || id->qp != nullptr || ece == nullptr || ece->vendor_id == 0 ||
       ece->comp_mask != 0) {
     Log().warn("rdma_set_local_ece: needs an id without a QP yet and an ECE with a vendor_id "
@@ -224,6 +229,7 @@ int rdma_set_local_ece(rdma_cm_id* id, ibv_ece* ece) {
 }
 
 int rdma_get_remote_ece(rdma_cm_id* id, ibv_ece* ece) {
+  if (id != nullptr && !LiveId(id, "rdma_get_remote_ece")) return Fail(EINVAL);
   if (id == nullptr || id->qp != nullptr || ece == nullptr) {
     Log().warn("rdma_get_remote_ece: needs an id without a QP and an ECE to fill");
     return Fail(EINVAL);

@@ -75,6 +75,10 @@ Id* Checked(rdma_cm_id* id, const char* what) {
     errno = EINVAL;
     return nullptr;
   }
+  if (!LiveId(id, what)) {
+    errno = EINVAL;
+    return nullptr;
+  }
   return ToId(id);
 }
 

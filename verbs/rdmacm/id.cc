@@ -9,7 +9,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <unordered_set>
 
 #include "verbs/rdmacm/address.h"
 #include "verbs/rdmacm/library.h"
@@ -44,11 +46,21 @@ void InitOnce() {
   }
 }
 
+// Every id made and not yet deleted (LiveId).
+std::mutex g_live_mu;
+std::unordered_set<const rdma_cm_id*> g_live;  // guarded by g_live_mu
+
+void Register(Id* id) {
+  std::lock_guard lock(g_live_mu);
+  g_live.insert(&id->id);
+}
+
 // The new id a CONNECT_REQUEST makes, on the listener's channel with its
 // context. Runs on a device thread: it only allocates.
 Id* NewChild(Id* listener, const rdmaemu_cm_event& e) {
   auto* child = new (std::nothrow) Id;
   if (child == nullptr) return nullptr;
+  Register(child);
   Channel* channel = listener->route.load(std::memory_order_acquire);
   child->handle = e.child;
   child->has_handle = true;
@@ -93,6 +105,10 @@ Id* NewChild(Id* listener, const rdmaemu_cm_event& e) {
 }
 
 void DeleteId(Id* id) {
+  {
+    std::lock_guard lock(g_live_mu);
+    g_live.erase(&id->id);
+  }
   Channel* channel = id->route.load();
   channel->ids.fetch_sub(1);
   if (id->sync) DeleteChannel(channel);
@@ -114,6 +130,16 @@ void GiveOwnChannel(Id* child) {
 }
 
 }  // namespace
+
+bool LiveId(const rdma_cm_id* id, const char* verb) {
+  {
+    std::lock_guard lock(g_live_mu);
+    if (g_live.contains(id)) return true;
+  }
+  Log().warn("{}: {} is not an rdma_cm_id of this process: destroyed already, a copy, or "
+             "never made by rdma_create_id", verb, static_cast<const void*>(id));
+  return false;
+}
 
 int Init() {
   pthread_once(&g_once, InitOnce);
@@ -158,6 +184,7 @@ Id* NewId(rdma_event_channel* channel, void* context, rdma_port_space ps, ibv_qp
   id->id.channel = &ch->channel;
   id->route.store(ch);
   ch->ids.fetch_add(1);
+  Register(id);
   id->id.context = context;
   id->id.ps = ps;
   id->id.qp_type = qp_type;
@@ -336,6 +363,7 @@ int rdma_destroy_id(rdma_cm_id* id) {
     Log().warn("rdma_destroy_id: the id is NULL");
     return Fail(EINVAL);
   }
+  if (!LiveId(id, "rdma_destroy_id")) return Fail(EINVAL);
   Id* p = ToId(id);
   if (id->event != nullptr) {
     rdma_ack_cm_event(id->event);

@@ -92,6 +92,13 @@ struct Id {
 
 inline Id* ToId(rdma_cm_id* id) { return reinterpret_cast<Id*>(id); }
 
+// Whether `id` (not NULL) is an id this library made and has not destroyed.
+// The kernel looks up every id a program passes in its table (ucma's
+// xarray); here too a destroyed, copied or made-up pointer fails with
+// EINVAL and a line naming `verb`, and is never followed. An id's memory
+// reused for a new id is that new id.
+bool LiveId(const rdma_cm_id* id, const char* verb);
+
 // A new id with its device id; `channel` NULL makes a private channel (sync
 // mode). Returns NULL with errno.
 Id* NewId(rdma_event_channel* channel, void* context, rdma_port_space ps,

@@ -165,6 +165,7 @@ int Join(rdma_cm_id* id, const sockaddr* addr, uint16_t join_flags, void* contex
     Log().warn("{}: {} is NULL", what, id == nullptr ? "the id" : "the address");
     return Fail(EINVAL);
   }
+  if (!LiveId(id, what)) return Fail(EINVAL);
   if (int error = Init(); error != 0) return Fail(error);
   Id* p = ToId(id);
   if (int error = CheckJoin(p, addr, what); error != 0) return Fail(error);
@@ -246,6 +247,7 @@ int rdma_join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex* attr, void* 
     Log().warn("{}: {} is NULL", what, id == nullptr ? "the id" : "the attributes");
     return Fail(EINVAL);
   }
+  if (!LiveId(id, "rdma_join_multicast_ex")) return Fail(EINVAL);
   if (attr->comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED) {
     Log().warn("{}: comp_mask {:#x} has bits this library does not know", what,
                attr->comp_mask);
@@ -270,6 +272,7 @@ int rdma_leave_multicast(rdma_cm_id* id, sockaddr* addr) {
     Log().warn("{}: {} is NULL", what, id == nullptr ? "the id" : "the address");
     return Fail(EINVAL);
   }
+  if (!LiveId(id, "rdma_leave_multicast")) return Fail(EINVAL);
   size_t length = AddressLength(addr);
   if (length == 0) {
     Log().warn("{}: address family {} is not a group address", what, addr->sa_family);

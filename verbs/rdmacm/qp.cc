@@ -215,6 +215,7 @@ int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
     Log().warn("rdma_init_qp_attr: a NULL argument");
     return Fail(EINVAL);
   }
+  if (!LiveId(id, "rdma_init_qp_attr")) return Fail(EINVAL);
   return FromDevice(InitQpAttr(ToId(id), qp_attr, qp_attr_mask));
 }
 
@@ -223,6 +224,7 @@ int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
     Log().warn("rdma_create_qp_ex: a NULL argument");
     return Fail(EINVAL);
   }
+  if (!LiveId(id, "rdma_create_qp_ex")) return Fail(EINVAL);
   Id* p = ToId(id);
   if (id->qp != nullptr) {
     Log().warn("rdma_create_qp: id {} has a QP already (qp {})", p->handle, id->qp->qp_num);
@@ -280,6 +282,7 @@ int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
     Log().warn("rdma_create_qp: a NULL argument");
     return Fail(EINVAL);
   }
+  if (!LiveId(id, "rdma_create_qp")) return Fail(EINVAL);
   ibv_qp_init_attr_ex attr_ex{};
   std::memcpy(&attr_ex, qp_init_attr, sizeof *qp_init_attr);
   attr_ex.comp_mask = IBV_QP_INIT_ATTR_PD;
@@ -294,6 +297,7 @@ void rdma_destroy_qp(rdma_cm_id* id) {
     Log().warn("rdma_destroy_qp: the id is NULL");
     return;
   }
+  if (!LiveId(id, "rdma_destroy_qp")) return;
   if (id->qp != nullptr) {
     // Its groups' memberships stay with the id, attached to no QP.
     DetachAll(ToId(id));
@@ -310,6 +314,7 @@ int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
     Log().warn("rdma_create_srq_ex: a NULL argument");
     return Fail(EINVAL);
   }
+  if (!LiveId(id, "rdma_create_srq_ex")) return Fail(EINVAL);
   if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE)) {
     Log().warn("rdma_create_srq_ex: the attributes must say the SRQ's type "
                "(IBV_SRQ_INIT_ATTR_TYPE)");
@@ -343,6 +348,7 @@ int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* attr) {
     Log().warn("rdma_create_srq: a NULL argument");
     return Fail(EINVAL);
   }
+  if (!LiveId(id, "rdma_create_srq")) return Fail(EINVAL);
   ibv_srq_init_attr_ex attr_ex{};
   std::memcpy(&attr_ex, attr, sizeof *attr);
   attr_ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
@@ -358,6 +364,7 @@ void rdma_destroy_srq(rdma_cm_id* id) {
     Log().warn("rdma_destroy_srq: the id is NULL");
     return;
   }
+  if (!LiveId(id, "rdma_destroy_srq")) return;
   if (id->srq != nullptr) {
     if (int error = ibv_destroy_srq(id->srq); error != 0) {
       Log().warn("rdma_destroy_srq: ibv_destroy_srq failed: {}", std::strerror(error));

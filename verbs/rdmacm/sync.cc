@@ -42,6 +42,7 @@ int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
     Log().warn("rdma_get_request: a NULL argument");
     return Fail(EINVAL);
   }
+  if (!LiveId(listen, "rdma_get_request")) return Fail(EINVAL);
   Id* p = ToId(listen);
   if (!p->sync) {
     Log().warn("rdma_get_request: id {} is on an application's event channel: "
@@ -143,6 +144,7 @@ void rdma_destroy_ep(rdma_cm_id* id) {
     Log().warn("rdma_destroy_ep: the id is NULL");
     return;
   }
+  if (!LiveId(id, "rdma_destroy_ep")) return;
   if (id->qp != nullptr) rdma_destroy_qp(id);
   if (id->srq != nullptr) rdma_destroy_srq(id);
   rdma_destroy_id(id);

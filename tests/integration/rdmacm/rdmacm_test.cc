@@ -220,6 +220,45 @@ TEST_F(RdmaCm, WrongStatesFailWithEinval) {
   EXPECT_EQ(rdma_destroy_id(id), 0);
 }
 
+// perftest's -R client retries a refused connect by destroying its ids and
+// resolving the destroyed ones again: the kernel finds no such id and says
+// EINVAL, and so must the library, without following the pointer (it used
+// to crash there). A made-up id is refused the same way.
+TEST_F(RdmaCm, ADestroyedOrMadeUpIdFailsWithEinval) {
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_id(channel_, &id, nullptr, RDMA_PS_TCP), 0);
+  ASSERT_EQ(rdma_destroy_id(id), 0);
+  sockaddr_in dst = Ipv4(address_, 7471);
+  errno = 0;
+  EXPECT_EQ(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&dst), 100), -1);
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(rdma_resolve_route(id, 100), -1);
+  EXPECT_EQ(errno, EINVAL);
+  rdma_conn_param param{};
+  errno = 0;
+  EXPECT_EQ(rdma_connect(id, &param), -1);
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(rdma_destroy_id(id), -1) << "destroyed twice";
+  EXPECT_EQ(errno, EINVAL);
+  rdma_destroy_qp(id);  // no effect, no crash
+  EXPECT_EQ(rdma_get_src_port(id), 0);
+
+  alignas(rdma_cm_id) unsigned char garbage[sizeof(rdma_cm_id)];
+  std::memset(garbage, 0xa5, sizeof garbage);
+  auto* made_up = reinterpret_cast<rdma_cm_id*>(garbage);
+  errno = 0;
+  EXPECT_EQ(rdma_listen(made_up, 1), -1);
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(rdma_bind_addr(made_up, reinterpret_cast<sockaddr*>(&dst)), -1);
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(rdma_set_option(made_up, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, garbage, 1), -1);
+  EXPECT_EQ(errno, EINVAL);
+}
+
 TEST_F(RdmaCm, ConnectAcceptDisconnectWithPrivateDataBothWays) {
   rdma_cm_id* listener = nullptr;
   uint16_t port = Listen(&listener);
