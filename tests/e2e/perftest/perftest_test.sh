@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Debian's unmodified perftest binaries (linked against libmlx5, libefa and
-# librdmacm too) between two processes on the emulator, on both engines.
-#   perftest_test.sh LIBIBVERBS
+# librdmacm too) between two processes on the emulator, on both engines:
+# first exchanging QP numbers over perftest's own TCP socket, then
+# connecting through RDMA CM (-R) with our librdmacm.so.1, the server an
+# emulated host of its own address (the client resolves it).
+#   perftest_test.sh LIBIBVERBS LIBRDMACM
 set -u
-lib_src="$1"
 libdir=$(mktemp -d)
 trap 'rm -rf "$libdir"' EXIT
-cp "$lib_src" "$libdir/libibverbs.so.1"
+cp "$1" "$libdir/libibverbs.so.1"
+cp "$2" "$libdir/librdmacm.so.1"
 
 failures=0
 port=$(( 20000 + RANDOM % 20000 ))
@@ -18,13 +21,28 @@ run() {  # engine, program, args...
   fi
   port=$(( port + 1 ))
   local log="$libdir/server.$port.log"
-  RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 60 \
+  # With -R the client connects to the server's device address; without,
+  # to perftest's TCP socket on 127.0.0.1.
+  local server_ip=127.0.0.1 server_env=()
+  if [[ " $* " == *" -R "* ]]; then
+    server_ip="127.$((100 + RANDOM % 100)).$((RANDOM % 256)).$((2 + RANDOM % 250))"
+    server_env=(RDMAEMU_ADDRESS="$server_ip")
+  fi
+  env "${server_env[@]}" RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 60 \
     "$program" -d emu0 -x 0 -p "$port" "$@" >"$log" 2>&1 &
   local server=$!
+  if [[ -n "${server_env[*]}" ]]; then
+    # Connecting before the server listens is refused at once (REJECTED):
+    # wait until its device holds the address, then for rdma_listen.
+    for _ in $(seq 100); do
+      ss -Hlun "src = $server_ip:4791" 2>/dev/null | grep -q . && break
+      sleep 0.05
+    done
+  fi
   sleep 0.5
   local out
   out=$(RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 60 \
-    "$program" -d emu0 -x 0 -p "$port" "$@" 127.0.0.1 2>&1)
+    "$program" -d emu0 -x 0 -p "$port" "$@" "$server_ip" 2>&1)
   local client_rc=$?
   wait "$server"
   local server_rc=$?
@@ -46,6 +64,11 @@ for engine in uring epoll; do
   run "$engine" ib_send_lat -n 500
   run "$engine" ib_write_lat -n 500
   run "$engine" ib_read_lat -n 500
+  # Through RDMA CM.
+  run "$engine" ib_send_bw -R -n 500 -s 65536
+  run "$engine" ib_write_bw -R -n 500 -s 65536
+  run "$engine" ib_read_lat -R -n 500
+  run "$engine" ib_atomic_bw -R -n 500
 done
 [ $failures -eq 0 ] && echo PASS || echo "$failures failure(s)"
 exit $(( failures > 0 ))
