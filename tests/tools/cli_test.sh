@@ -69,6 +69,7 @@ t event_help_text 0 "$tool" help event && { has event_help_text "$out" '--qp QPN
 t no_args 2 "$tool" && has no_args "$err" '^Usage: rdmaemu'
 t bad_cmd 2 "$tool" frobnicate && { has bad_cmd "$err" "unknown command 'frobnicate'"; empty bad_cmd "$out"; }
 t bad_top_opt 2 "$tool" --frob && has bad_top_opt "$err" "unknown option '--frob'"
+t help_help 0 "$tool" help help && has help_help "$out" '^Usage: rdmaemu help COMMAND'
 t help_bad 2 "$tool" help frobnicate && has help_bad "$err" "unknown command 'frobnicate'"
 t run_bad_opt 2 "$tool" run --frob -- true && has run_bad_opt "$err" "unknown option '--frob'"
 t run_no_prog 2 "$tool" run && has run_no_prog "$err" 'no PROGRAM'
@@ -103,13 +104,14 @@ want_lib=$(readlink -f "$lib")
 cfg="$tmp/dev.conf"
 printf 'device emu7\nport\n' >"$cfg"
 t env_all 0 env -u RDMAEMU_LOG LD_LIBRARY_PATH=/old/dir "$tool" run --log debug --config "$cfg" \
-  --address 127.0.0.9 --udp-port 5000 --engine epoll -- /usr/bin/env
+  --address 127.0.0.9 --udp-port 5000 --engine epoll --lib "$(dirname "$lib")" -- /usr/bin/env
 if [[ $? -eq 0 || -s "$out" ]]; then
   has env_all "$out" '^RDMAEMU_LOG=debug$'
   has env_all "$out" "^RDMAEMU_CONFIG=$cfg\$"
   has env_all "$out" '^RDMAEMU_ADDRESS=127\.0\.0\.9$'
   has env_all "$out" '^RDMAEMU_UDP_PORT=5000$'
   has env_all "$out" '^RDMAEMU_ENGINE=epoll$'
+  has env_all "$out" "^RDMAEMU_LIB=$(cd "$(dirname "$lib")" && pwd)\$"
   has env_all "$out" '^LD_LIBRARY_PATH=/.*:/old/dir$'
   first=$(sed -n 's/^LD_LIBRARY_PATH=\([^:]*\).*/\1/p' "$out")
   if [[ "$(readlink -f "$first/libibverbs.so.1")" != "$want_lib" ]]; then

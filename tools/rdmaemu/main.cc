@@ -79,6 +79,12 @@ int Main(int argc, char** argv) {
                    args.size() - 1);
       return kExitUsage;
     }
+    if (args[1] == "help") {
+      std::fputs("Usage: rdmaemu help COMMAND\n\n"
+                 "Shows the help of COMMAND, as `rdmaemu COMMAND --help` does.\n",
+                 stdout);
+      return kExitOk;
+    }
     if (IsForwarded(args[1])) {
       std::fputs(ForwardedHelp(args[1]).c_str(), stdout);
       return kExitOk;

@@ -165,6 +165,9 @@ void ExportEnvironment(const ParsedArgs& args) {
   set("address", "RDMAEMU_ADDRESS");
   set("udp-port", "RDMAEMU_UDP_PORT");
   set("engine", "RDMAEMU_ENGINE");
+  // So that an `rdmaemu` the program runs in turn (a test script's) finds
+  // the same library.
+  set("lib", "RDMAEMU_LIB", true);
 }
 
 std::string FormatOptions(std::span<const OptionSpec> specs) {

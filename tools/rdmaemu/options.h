@@ -57,8 +57,8 @@ extern const std::vector<OptionSpec> kEnvironmentOptions;
 std::string CheckEnvironmentOptions(const ParsedArgs& args);
 
 // Sets RDMAEMU_LOG / RDMAEMU_CONFIG (made absolute) / RDMAEMU_ADDRESS /
-// RDMAEMU_UDP_PORT / RDMAEMU_ENGINE in this process's environment from the
-// options given. Options not given leave the inherited variables alone.
+// RDMAEMU_UDP_PORT / RDMAEMU_ENGINE / RDMAEMU_LIB (made absolute) in this
+// process's environment from the options given. Options not given leave the inherited variables alone.
 void ExportEnvironment(const ParsedArgs& args);
 
 // Formats the option list for help texts, one option a line.
