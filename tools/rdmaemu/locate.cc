@@ -57,6 +57,8 @@ std::vector<std::string> DefaultCandidates(const LibrarySearch& search) {
   }
   if (!search.self_exe.empty()) {
     fs::path e(search.self_exe);
+    // Installed (tools/install): PREFIX/bin/rdmaemu, PREFIX/lib/rdmaemu/.
+    out.push_back((e.parent_path().parent_path() / "lib" / "rdmaemu" / kLibraryName).string());
     out.push_back(e.string() + ".runfiles/rdmaemu/" + rel);
     out.push_back((e.parent_path().parent_path().parent_path() / rel).string());
   }

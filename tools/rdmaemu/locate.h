@@ -24,8 +24,9 @@ struct LibraryLocation {
 };
 
 // Looks, in order, at --lib, RDMAEMU_LIB (either is final: if given and
-// wrong, that is the error), then the tool's Bazel runfiles, then
-// `bazel-bin/verbs/` relative to the tool's real path
+// wrong, that is the error), then the tool's Bazel runfiles, then, from the
+// tool's real path, an installed layout (PREFIX/bin/rdmaemu ->
+// PREFIX/lib/rdmaemu/libibverbs.so.1) and `bazel-bin/verbs/`
 // (bazel-bin/tools/rdmaemu/rdmaemu -> bazel-bin/verbs/libibverbs.so.1).
 LibraryLocation FindLibrary(const LibrarySearch& search);
 
