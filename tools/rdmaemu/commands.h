@@ -23,6 +23,10 @@ int RunMain(std::span<const std::string> args, const char* argv0);
 std::string DevicesHelp();
 int DevicesMain(std::span<const std::string> args, const char* argv0);
 
+// A live view of running programs' devices and QPs (top.cc).
+std::string TopHelp();
+int TopMain(std::span<const std::string> args, const char* argv0);
+
 // The commands run inside running programs through their control sockets
 // (control.cc): `list`, `port`, `event`, ...
 std::vector<std::pair<std::string_view, std::string_view>> ForwardedSummaries();  // name, summary

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <set>
 #include <thread>
@@ -163,7 +165,7 @@ constexpr Forwarded kForwarded[] = {
      "         rdmaemu fault list; rdmaemu fault clear\n",
      nullptr},
     {"stats", "counters of the devices, ports and QPs of running programs (--json)",
-     "Usage: rdmaemu stats [--pid PID] [DEV [PORT]] [--qp QPN] [--json]\n"
+     "Usage: rdmaemu stats [--pid PID] [DEV [PORT]] [--qp QPN] [--json] [--watch]\n"
      "\n"
      "Prints the counters of running programs: of each open device (the sum of\n"
      "its ports) with what its fault rules did (fault_dropped, ...), of port PORT\n"
@@ -178,7 +180,11 @@ constexpr Forwarded kForwarded[] = {
      "--json prints one JSON object per program instead,\n"
      "  {\"pid\": N, \"program\": NAME, \"stats\": [{\"device\": DEV, [\"port\": N |\n"
      "   \"qp\": N,] \"counters\": {...}}, ...]},\n"
-     "and, without --pid, a JSON array of them (one element per program).\n",
+     "and, without --pid, a JSON array of them (one element per program).\n"
+     "\n"
+     "--watch prints them again every second, under a line with the time (on a\n"
+     "terminal, redrawing the screen), until interrupted; `rdmaemu top` shows\n"
+     "them as rates.\n",
      nullptr},
     {"capture", "start or stop a pcap capture of every packet of running programs",
      "Usage: rdmaemu capture [--pid PID] start FILE\n"
@@ -252,7 +258,31 @@ std::string ForwardedHelp(std::string_view name) {
   return f == nullptr ? std::string() : std::string(f->usage) + std::string(kCommonHelp);
 }
 
+// `stats --watch`: the same stats every second until interrupted.
+static int WatchStats(std::span<const std::string> args) {
+  std::vector<std::string> rest;
+  for (const auto& a : args) {
+    if (a != "--watch") rest.push_back(a);
+  }
+  const bool tty = ::isatty(STDOUT_FILENO) == 1;
+  for (int n = 0;; ++n) {
+    if (n > 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+    const std::time_t t = std::time(nullptr);
+    char when[32];
+    std::strftime(when, sizeof when, "%H:%M:%S", std::localtime(&t));
+    if (tty) std::fputs("\033[H\033[2J", stdout);
+    std::printf("%s-- rdmaemu stats at %s\n", n > 0 && !tty ? "\n" : "", when);
+    std::fflush(stdout);
+    const int rc = ForwardedMain("stats", rest);
+    if (rc == kExitUsage || (n == 0 && rc != kExitOk)) return rc;
+  }
+}
+
 int ForwardedMain(std::string_view name, std::span<const std::string> args) {
+  auto has = [&](const char* word) { return std::find(args.begin(), args.end(), word) != args.end(); };
+  if (name == "stats" && has("--watch") && !has("-h") && !has("--help")) {
+    return WatchStats(args);
+  }
   // --pid and --help are the tool's; every other word goes to the process
   // (event's targets are options too).
   std::vector<std::string> words = {std::string(name)};
