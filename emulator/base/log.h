@@ -10,10 +10,24 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string>
+
+#include "emulator/base/status.h"
 
 namespace rdmaemu {
 
 spdlog::logger& Log();
+
+// A second destination for the log while the process runs (`rdmaemu
+// trace`): every line at `level` or above also goes to the file `path`
+// (appended, created 0600), whatever RDMAEMU_LOG says, while stderr keeps
+// printing exactly what RDMAEMU_LOG asks for. One at a time: EBUSY while
+// one runs; the file's errno if it cannot be opened. Any thread.
+Status StartLogTee(const std::string& path, spdlog::level::level_enum level);
+// Ends it and puts the level back; ENOENT if none runs.
+Status StopLogTee();
+// The file of the running tee, empty if none.
+std::string LogTeePath();
 
 // Lets at most `per_second` lines through each second; counts the rest so the
 // next line that passes can say how many were suppressed. Anything a remote

@@ -12,6 +12,7 @@ namespace rdmaemu::control {
 
 // Each is defined in its own <name>_command.cc.
 extern const Command kCaptureCommand;
+extern const Command kTraceCommand;
 extern const Command kDeviceCommand;
 extern const Command kEventCommand;
 extern const Command kFaultCommand;
@@ -32,6 +33,7 @@ const Command* const kTable[] = {
     &kFaultCommand,
     &kStatsCommand,
     &kCaptureCommand,
+    &kTraceCommand,
 };
 
 const Command* Find(std::string_view name) {

@@ -56,6 +56,24 @@ sent=$(grep -c '^packets_sent [0-9]' "$tmp/watch.out")
 (( readings >= 2 && sent == readings )) ||
   { fail "stats --watch: $readings readings, $sent packets_sent lines in 2.6 s:"; head -20 "$tmp/watch.out" | sed 's/^/    /'; }
 
+# rdmaemu trace: the server's packet lines for a second, while its own
+# stderr stays quiet; the file it wrote them to is gone afterwards.
+checks=$((checks + 1))
+export TMPDIR="$tmp"
+"$tool" trace --pid "$server" --seconds 1 >"$tmp/trace.out" 2>"$tmp/trace.err"
+rc=$?
+pkts=$(grep -cE "^rdmaemu\[$server\] trace: emu0 qp#[0-9]+ (rx|tx) RC_" "$tmp/trace.out")
+(( rc == 0 && pkts > 10 )) ||
+  { fail "trace: status $rc, $pkts packet lines:"; head -5 "$tmp/trace.out" "$tmp/trace.err" | sed 's/^/    /'; }
+checks=$((checks + 1))
+if grep -q 'trace:' "$tmp/server.out"; then fail "trace: the program's own stderr got trace lines"; fi
+checks=$((checks + 1))
+if ls "$tmp"/rdmaemu-trace-* >/dev/null 2>&1; then fail "trace left its file behind"; fi
+checks=$((checks + 1))
+"$tool" trace --pid "$server" --level loud >/dev/null 2>&1
+rc=$?
+[[ $rc -eq 2 ]] || fail "trace --level loud: status $rc, want 2"
+
 kill "$client" "$server" 2>/dev/null
 wait 2>/dev/null
 echo "$checks checks, $failures failures"

@@ -27,6 +27,10 @@ int DevicesMain(std::span<const std::string> args, const char* argv0);
 std::string TopHelp();
 int TopMain(std::span<const std::string> args, const char* argv0);
 
+// Follows a running program's log lines (trace.cc).
+std::string TraceHelp();
+int TraceMain(std::span<const std::string> args, const char* argv0);
+
 // The commands run inside running programs through their control sockets
 // (control.cc): `list`, `port`, `event`, ...
 std::vector<std::pair<std::string_view, std::string_view>> ForwardedSummaries();  // name, summary

@@ -18,11 +18,13 @@ namespace {
 constexpr std::string_view kVersion = "0.1.0";
 
 // Only commands that work are listed; nothing here is a placeholder.
-constexpr std::array<Command, 3> kCommands = {{
+constexpr std::array<Command, 4> kCommands = {{
     {"run", "run a program on the emulated RDMA device", RunHelp, RunMain},
     {"devices", "list the emulated devices and their ports", DevicesHelp, DevicesMain},
     {"top", "a live view of running programs' devices and QPs (packets/s, retransmissions)",
      TopHelp, TopMain},
+    {"trace", "follow a running program's log lines (packets, WRs, completions) live",
+     TraceHelp, TraceMain},
 }};
 
 const Command* Find(std::string_view name) {
