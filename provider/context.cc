@@ -14,6 +14,7 @@
 #include "emulator/device/attributes.h"
 #include "emulator/engine/rss.h"
 #include "emulator/engine/trace.h"
+#include "provider/handles.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
 #include "provider/provider.h"
@@ -232,6 +233,7 @@ Result<verbs_context*> AllocContext(int index) {
   auto* ctx = new Context{};
   ctx->engine = std::move(engine).value();
   ctx->device = &ctx->engine->device();
+  AddHandle(&ctx->vctx.context, Kind::kContext, &ctx->vctx.context);
   return &ctx->vctx;
 }
 
@@ -245,6 +247,8 @@ void StartContext(verbs_context* vctx) {
 void FreeContext(verbs_context* vctx) {
   Context* ctx = reinterpret_cast<Context*>(vctx);
   if (ctx->listener_id != 0) ctx->device->RemoveListener(ctx->listener_id);
+  CloseHandles(&vctx->context);
+  RemoveHandle(&vctx->context);
   delete ctx;
 }
 
@@ -312,32 +316,30 @@ int RaiseAsyncEvent(ibv_context* context, const ibv_async_event& event) {
   device::AsyncEvent e{static_cast<T>(type)};
   device::Device& dev = *ToContext(context)->device;
   const void* object = nullptr;
-  ibv_context* owner = nullptr;
+  Kind kind = Kind::kQp;
   switch (e.type) {
     case T::kCqErr:
       object = event.element.cq;
-      owner = event.element.cq ? event.element.cq->context : nullptr;
+      kind = Kind::kCq;
       break;
     case T::kSrqErr: case T::kSrqLimitReached:
       object = event.element.srq;
-      owner = event.element.srq ? event.element.srq->context : nullptr;
+      kind = Kind::kSrq;
       break;
     case T::kWqFatal:
       object = event.element.wq;
-      owner = event.element.wq ? event.element.wq->context : nullptr;
+      kind = Kind::kWq;
       break;
     default:
       if (IsObjectEvent(e.type)) {
         object = event.element.qp;
-        owner = event.element.qp ? event.element.qp->context : nullptr;
       } else if (e.type != T::kDeviceFatal && !dev.ValidPort(static_cast<int>(event.element.port_num))) {
         Log().warn("rdmaemu_raise_async_event: {} has no port {}", dev.name(), event.element.port_num);
         return EINVAL;
       }
   }
   if (IsObjectEvent(e.type)) {
-    if (object == nullptr || owner != context) {
-      Log().warn("rdmaemu_raise_async_event: the event's element is not an object of this context");
+    if (!HandleOf(object, kind, context, "rdmaemu_raise_async_event", "the event's element")) {
       return EINVAL;
     }
     e.handle = reinterpret_cast<uint64_t>(object);

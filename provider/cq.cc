@@ -5,6 +5,7 @@
 
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
+#include "provider/handles.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
 #include "provider/provider.h"
@@ -58,6 +59,7 @@ int PollCq(ibv_cq* ibv, int num_entries, ibv_wc* wc) {
 }
 
 int ReqNotifyCq(ibv_cq* ibv, int solicited_only) {
+  if (LiveHandle(ibv, Kind::kCq, "ibv_req_notify_cq") == nullptr) return EINVAL;
   ToCq(ibv)->cq->Arm(solicited_only != 0);
   return 0;
 }
@@ -119,7 +121,10 @@ uint16_t ReadCvlan(ibv_cq_ex*) { return 0; }
 uint32_t ReadFlowTag(ibv_cq_ex*) { return 0; }
 void ReadTmInfo(ibv_cq_ex*, ibv_wc_tm_info* info) { *info = ibv_wc_tm_info{}; }
 
-int ModifyCq(ibv_cq*, ibv_modify_cq_attr*) { return EOPNOTSUPP; }
+int ModifyCq(ibv_cq* ibv, ibv_modify_cq_attr*) {
+  if (LiveHandle(ibv, Kind::kCq, "ibv_modify_cq") == nullptr) return EINVAL;
+  return EOPNOTSUPP;
+}
 
 }  // namespace
 
@@ -140,9 +145,9 @@ Result<ibv_cq_ex*> CreateCq(ibv_context* context, const ibv_cq_init_attr_ex& att
                attr.comp_vector, context->num_comp_vectors);
     return InvalidArgument("comp_vector out of range");
   }
-  if (attr.channel != nullptr && attr.channel->context != context) {
-    Log().warn("ibv_create_cq: the completion channel belongs to another context");
-    return InvalidArgument("channel of another context");
+  if (attr.channel != nullptr &&
+      !HandleOf(attr.channel, Kind::kCompChannel, context, "ibv_create_cq", "the completion channel")) {
+    return InvalidArgument("not a completion channel of this context");
   }
   if (attr.wc_flags & ~kSupportedWcFlags) {
     Log().warn("ibv_create_cq_ex: wc_flags {:#x} are not supported (supported: {:#x})",
@@ -195,6 +200,7 @@ Result<ibv_cq_ex*> CreateCq(ibv_context* context, const ibv_cq_init_attr_ex& att
     return number.status();
   }
   cq->number = *number;
+  AddHandle(base, Kind::kCq, context);
   return &cq->ibv;
 }
 
@@ -223,9 +229,13 @@ int DetachCq(ibv_cq* ibv) {
   // From here no control-plane event can name it (Remove waits for one
   // being raised), so the queued events libibverbs discards next are all.
   ToContext(ibv->context)->device->directory().Remove(objects::ObjectKind::kCq, ToCq(ibv)->number);
+  RetireHandle(ibv);
   return 0;
 }
 
-void FreeCq(ibv_cq* ibv) { delete ToCq(ibv); }
+void FreeCq(ibv_cq* ibv) {
+  RemoveHandle(ibv);
+  delete ToCq(ibv);
+}
 
 }  // namespace rdmaemu::provider

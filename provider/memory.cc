@@ -3,6 +3,7 @@
 
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
+#include "provider/handles.h"
 #include "provider/objects.h"
 #include "provider/provider.h"
 
@@ -46,15 +47,17 @@ Result<ibv_pd*> AllocPd(ibv_context* context) {
   pd->ibv.context = context;
   pd->handle = g_next_pd_handle.fetch_add(1);
   pd->ibv.handle = pd->handle;
+  AddHandle(&pd->ibv, Kind::kPd, context);
   return &pd->ibv;
 }
 
 int DeallocPd(ibv_pd* ibv) {
   if (int users = ToPd(ibv)->users.load(); users != 0) {
-    Log().warn("ibv_dealloc_pd: {} memory region(s), QP(s) or address handle(s) still use the PD; "
-               "destroy them first", users);
+    Log().warn("ibv_dealloc_pd: {} memory region(s), QP(s), SRQ(s), WQ(s) or address handle(s) "
+               "still use the PD; destroy them first", users);
     return EBUSY;
   }
+  RemoveHandle(ibv);
   delete ToPd(ibv);
   g_live_pds.fetch_sub(1);
   return 0;
@@ -85,6 +88,7 @@ Result<ibv_mr*> RegMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsi
   out->ibv.handle = (*mr)->lkey;
   out->ibv.lkey = (*mr)->lkey;
   out->ibv.rkey = (*mr)->rkey;
+  AddHandle(&out->ibv, Kind::kMr, pd->context);
   return &out->ibv;
 }
 
@@ -137,6 +141,7 @@ int DeregMr(ibv_mr* ibv) {
     return s.code();
   }
   --ToPd(ibv->pd)->users;
+  RemoveHandle(ibv);
   delete mr;
   return 0;
 }

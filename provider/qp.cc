@@ -12,6 +12,7 @@
 #include "emulator/engine/trace.h"
 #include "emulator/net/udp_socket.h"
 #include "emulator/objects/qp_state.h"
+#include "provider/handles.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
 #include "provider/provider.h"
@@ -359,8 +360,8 @@ Status CheckRss(ibv_context* context, const ibv_qp_init_attr_ex& attr) {
     return fail(EOPNOTSUPP, "only a UD QP can steer its receives through an indirection table on "
                             "this device (mlx5 does it on RAW_PACKET QPs, which it does not have)");
   }
-  if (attr.rwq_ind_tbl->context != context) {
-    return fail(EINVAL, "the indirection table belongs to another context");
+  if (!HandleOf(attr.rwq_ind_tbl, Kind::kRwqIndTable, context, "ibv_create_qp_ex", "rwq_ind_tbl")) {
+    return InvalidArgument("not an indirection table of this context");
   }
   if (attr.srq != nullptr || attr.cap.max_recv_wr != 0 || attr.cap.max_recv_sge != 0) {
     return fail(EINVAL, "a QP with an indirection table receives through its WQs: srq must be NULL "
@@ -382,6 +383,17 @@ Status CheckRss(ibv_context* context, const ibv_qp_init_attr_ex& attr) {
                                         "the device hashes on IBV_RX_HASH_SRC/DST_IPV4 and "
                                         "IBV_RX_HASH_SRC/DST_PORT_UDP only",
                                         bad));
+  }
+  return Status::Ok();
+}
+
+// The CQs and SRQ a new QP names must be live objects of its context (the
+// kernel finds them by handle in the context's own table).
+Status CheckQueues(ibv_context* context, const ibv_qp_init_attr_ex& attr, bool rss) {
+  if (!HandleOf(attr.send_cq, Kind::kCq, context, "ibv_create_qp", "send_cq") ||
+      (!rss && !HandleOf(attr.recv_cq, Kind::kCq, context, "ibv_create_qp", "recv_cq")) ||
+      (attr.srq != nullptr && !HandleOf(attr.srq, Kind::kSrq, context, "ibv_create_qp", "srq"))) {
+    return InvalidArgument("a CQ or the SRQ is not one of this context");
   }
   return Status::Ok();
 }
@@ -421,6 +433,9 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     Log().warn("ibv_create_qp: a QP needs a protection domain");
     return InvalidArgument("no PD");
   }
+  if (!HandleOf(attr->pd, Kind::kPd, context, "ibv_create_qp", "pd")) {
+    return InvalidArgument("not a PD of this context");
+  }
   // IBV_QP_INIT_ATTR_CREATE_FLAGS only says the field is set: the flags in
   // it are what asks for a feature (the kernel judges them, not the bit).
   constexpr uint32_t kCompMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
@@ -451,6 +466,7 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
                "with an indirection table: its WQs have their own CQs)");
     return InvalidArgument("no CQ");
   }
+  if (Status s = CheckQueues(context, *attr, rss); !s.ok()) return s;
   const ibv_qp_cap& cap = attr->cap;
   if (cap.max_send_wr > device::kMaxQpWr || cap.max_recv_wr > device::kMaxQpWr ||
       cap.max_send_sge > device::kMaxSge || cap.max_recv_sge > device::kMaxSge ||
@@ -515,6 +531,7 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
       },
       *qpn);
   if (!listed.ok()) Log().error("ibv_create_qp qp#{}: {}", *qpn, listed.status().message());
+  AddHandle(&q, Kind::kQp, context);
   Log().debug("{} qp#{}: created {} QP", ctx->device->name(), *qpn, objects::ToString(qp->type));
   return &q;
 }
@@ -719,10 +736,12 @@ int DetachQp(ibv_qp* ibv) {
   ToContext(ibv->context)->device->directory().Remove(objects::ObjectKind::kQp, ibv->qp_num);
   ToContext(ibv->context)->engine->StartPosted(ibv->qp_num);
   ToContext(ibv->context)->engine->RemoveQp(ibv->qp_num);
+  RetireHandle(ibv);
   return 0;
 }
 
 void FreeQp(ibv_qp* ibv) {
+  RemoveHandle(ibv);
   --ToPd(ibv->pd)->users;
   if (ibv->srq != nullptr) --ToSrq(ibv->srq)->users;
   --ToCq(ibv->send_cq)->users;
@@ -769,6 +788,7 @@ Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr) {
   ah->ibv.pd = pd;
   ah->attr = attr;
   ah->dst_ip = ip;
+  AddHandle(&ah->ibv, Kind::kAh, pd->context);
   return &ah->ibv;
 }
 
@@ -834,6 +854,7 @@ int DetachMcast(ibv_qp* ibv, const ibv_gid& gid, uint16_t lid) {
 }
 
 int DestroyAh(ibv_ah* ah) {
+  RemoveHandle(ah);
   --ToPd(ah->pd)->users;
   delete ToAh(ah);
   return 0;

@@ -2,6 +2,7 @@
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
 #include "emulator/engine/trace.h"
+#include "provider/handles.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
 #include "provider/provider.h"
@@ -65,6 +66,7 @@ Result<ibv_srq*> CreateSrq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   }
   srq->number = *number;
   ++ToPd(pd)->users;
+  AddHandle(&srq->ibv, Kind::kSrq, pd->context);
   return &srq->ibv;
 }
 
@@ -110,10 +112,12 @@ int DetachSrq(ibv_srq* ibv) {
   }
   // No control-plane event names it after this (see DetachCq).
   ToContext(ibv->context)->device->directory().Remove(objects::ObjectKind::kSrq, ToSrq(ibv)->number);
+  RetireHandle(ibv);
   return 0;
 }
 
 void FreeSrq(ibv_srq* ibv) {
+  RemoveHandle(ibv);
   --ToPd(ibv->pd)->users;
   pthread_mutex_destroy(&ibv->mutex);
   pthread_cond_destroy(&ibv->cond);

@@ -5,6 +5,7 @@
 
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
+#include "provider/handles.h"
 #include "provider/objects.h"
 #include "provider/provider.h"
 
@@ -93,11 +94,9 @@ Result<ibv_wq*> CreateWq(ibv_context* context, ibv_wq_init_attr* attr) {
                                         "(Ethernet raw-packet features)",
                                         attr->create_flags));
   }
-  if (attr->pd == nullptr || attr->cq == nullptr) {
-    return fail(EINVAL, "a WQ needs a PD and a CQ");
-  }
-  if (attr->pd->context != context || attr->cq->context != context) {
-    return fail(EINVAL, "the PD and the CQ must belong to the context the WQ is created on");
+  if (!HandleOf(attr->pd, Kind::kPd, context, "ibv_create_wq", "pd") ||
+      !HandleOf(attr->cq, Kind::kCq, context, "ibv_create_wq", "cq")) {
+    return InvalidArgument("a WQ needs a PD and a CQ of its context");
   }
   if (attr->max_wr < 1 || attr->max_wr > static_cast<uint32_t>(device::kMaxQpWr) ||
       attr->max_sge > static_cast<uint32_t>(device::kMaxSge)) {
@@ -134,6 +133,7 @@ Result<ibv_wq*> CreateWq(ibv_context* context, ibv_wq_init_attr* attr) {
       },
       *wqn);
   if (!listed.ok()) Log().error("ibv_create_wq wq#{}: {}", *wqn, listed.status().message());
+  AddHandle(&w, Kind::kWq, context);
   Log().debug("{} wq#{}: created (max_wr {}, max_sge {})", ctx->device->name(), *wqn, attr->max_wr,
               attr->max_sge);
   return &w;
@@ -199,10 +199,12 @@ int DetachWq(ibv_wq* ibv) {
   // No control-plane event names it after this (see DetachCq).
   ToContext(ibv->context)->device->directory().Remove(objects::ObjectKind::kWq, ibv->wq_num);
   ToContext(ibv->context)->engine->RemoveWq(ibv->wq_num);
+  RetireHandle(ibv);
   return 0;
 }
 
 void FreeWq(ibv_wq* ibv) {
+  RemoveHandle(ibv);
   --ToPd(ibv->pd)->users;
   --ToCq(ibv->cq)->users;
   pthread_mutex_destroy(&ibv->mutex);
@@ -226,10 +228,9 @@ Result<ibv_rwq_ind_table*> CreateRwqIndTable(ibv_context* context,
   if (attr->ind_tbl == nullptr) return fail("ind_tbl is NULL");
   const size_t size = size_t{1} << attr->log_ind_tbl_size;
   for (size_t i = 0; i < size; ++i) {
-    ibv_wq* w = attr->ind_tbl[i];
-    if (w == nullptr) return fail(fmt::format("entry {} of {} is NULL", i, size));
-    if (w->context != context) {
-      return fail(fmt::format("entry {} (wq#{}) belongs to another context", i, w->wq_num));
+    const std::string what = fmt::format("entry {} of {}", i, size);
+    if (!HandleOf(attr->ind_tbl[i], Kind::kWq, context, "ibv_create_rwq_ind_table", what.c_str())) {
+      return InvalidArgument("an entry is not a WQ of this context");
     }
   }
   if (ctx->rwq_ind_tables.fetch_add(1) >= device::kMaxRwqIndTables) {
@@ -251,6 +252,7 @@ Result<ibv_rwq_ind_table*> CreateRwqIndTable(ibv_context* context,
   t->ibv.context = context;
   t->ibv.ind_tbl_handle = t->ibv.ind_tbl_num = next_number.fetch_add(1);
   t->ibv.comp_mask = 0;
+  AddHandle(&t->ibv, Kind::kRwqIndTable, context);
   return &t->ibv;
 }
 
@@ -262,6 +264,7 @@ int DestroyRwqIndTable(ibv_rwq_ind_table* ibv) {
                users);
     return EBUSY;
   }
+  RemoveHandle(ibv);
   for (Wq* w : t->entries) --w->users;
   --ToContext(ibv->context)->rwq_ind_tables;
   delete t;

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "emulator/base/log.h"
+#include "provider/handles.h"
 
 namespace {
 
@@ -94,7 +95,7 @@ int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_
 }
 
 ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, uint8_t port_num) {
-  if (pd == nullptr) {
+  if (!rdmaemu::provider::LiveHandle(pd, rdmaemu::provider::Kind::kPd, "ibv_create_ah_from_wc")) {
     errno = EINVAL;
     return nullptr;
   }

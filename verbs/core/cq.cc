@@ -59,10 +59,15 @@ ibv_cq_ex* LibCreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
 
 using namespace rdmaemu;
 using namespace rdmaemu::verbs;
+using rdmaemu::provider::Kind;
+using rdmaemu::provider::LiveHandle;
 
 extern "C" {
 
 ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
+  if (!LiveHandle(context, Kind::kContext, "ibv_create_comp_channel")) {
+    return FailWith<ibv_comp_channel>(kNoSuchObject);
+  }
   if (Status dead = provider::DeadDevice(context, "ibv_create_comp_channel"); !dead.ok()) {
     return FailWith<ibv_comp_channel>(dead.code());
   }
@@ -74,25 +79,29 @@ ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
   channel->ibv.context = context;
   channel->ibv.fd = channel->events.fd();
   channel->ibv.refcnt = 0;
+  provider::AddHandle(&channel->ibv, Kind::kCompChannel, context);
   return &channel->ibv;
 }
 
 int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
-  ibv_context* context = channel->context;
+  ibv_context* context = LiveHandle(channel, Kind::kCompChannel, "ibv_destroy_comp_channel");
+  if (context == nullptr) return FailInt(kNoSuchObjectToDestroy);
   pthread_mutex_lock(&context->mutex);
   if (channel->refcnt != 0) {
     pthread_mutex_unlock(&context->mutex);
     Log().warn("ibv_destroy_comp_channel: {} CQ(s) still use channel fd {}; destroy them first",
                channel->refcnt, channel->fd);
-    return EBUSY;
+    return FailInt(EBUSY);
   }
   pthread_mutex_unlock(&context->mutex);
+  provider::RemoveHandle(channel);
   delete ToChannel(channel);
   return 0;
 }
 
 ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
                       int comp_vector) {
+  if (!LiveHandle(context, Kind::kContext, "ibv_create_cq")) return FailWith<ibv_cq>(kNoSuchObject);
   if (cqe < 1 || comp_vector < 0) return FailWith<ibv_cq>(EINVAL);
   ibv_cq_init_attr_ex attr{};
   attr.cqe = static_cast<uint32_t>(cqe);
@@ -103,12 +112,16 @@ ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_
   return cq == nullptr ? nullptr : ibv_cq_ex_to_cq(cq);
 }
 
-int ibv_resize_cq(ibv_cq* cq, int cqe) { return provider::ResizeCq(cq, cqe); }
+int ibv_resize_cq(ibv_cq* cq, int cqe) {
+  if (!LiveHandle(cq, Kind::kCq, "ibv_resize_cq")) return FailInt(kNoSuchObject);
+  return provider::ResizeCq(cq, cqe);
+}
 
 int ibv_destroy_cq(ibv_cq* cq) {
-  ibv_context* context = cq->context;
+  ibv_context* context = LiveHandle(cq, Kind::kCq, "ibv_destroy_cq");
+  if (context == nullptr) return FailInt(kNoSuchObjectToDestroy);
   ibv_comp_channel* channel = cq->channel;
-  if (int rc = provider::DetachCq(cq); rc != 0) return rc;
+  if (int rc = provider::DetachCq(cq); rc != 0) return FailInt(rc);
   unsigned comp_reported = channel != nullptr ? ToChannel(channel)->events.Discard(cq) : 0;
   unsigned async_reported = Private(context)->async_events.Discard(cq);
   WaitForAcks(&cq->mutex, &cq->cond, &cq->comp_events_completed, comp_reported,
@@ -123,6 +136,11 @@ int ibv_destroy_cq(ibv_cq* cq) {
 }
 
 int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+  // rdma-core reads the channel's fd: a channel destroyed has none (EBADF).
+  if (!LiveHandle(channel, Kind::kCompChannel, "ibv_get_cq_event")) {
+    errno = EBADF;
+    return -1;
+  }
   ibv_async_event ev;
   if (ToChannel(channel)->events.Get(&ev) != 0) return -1;
   *cq = ev.element.cq;
@@ -131,6 +149,7 @@ int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) 
 }
 
 void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
+  if (!provider::AckableHandle(cq, Kind::kCq, "ibv_ack_cq_events")) return;
   pthread_mutex_lock(&cq->mutex);
   cq->comp_events_completed += nevents;
   pthread_cond_signal(&cq->cond);
@@ -138,6 +157,10 @@ void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
 }
 
 int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
+  if (!LiveHandle(context, Kind::kContext, "ibv_get_async_event")) {
+    errno = EBADF;  // as a read of the async fd of a closed context
+    return -1;
+  }
   return Private(context)->async_events.Get(event);
 }
 
@@ -145,30 +168,37 @@ void ibv_ack_async_event(ibv_async_event* event) {
   pthread_mutex_t* mutex = nullptr;
   pthread_cond_t* cond = nullptr;
   unsigned* counter = nullptr;
+  const void* element = nullptr;
+  Kind kind = Kind::kQp;
   switch (ElementOf(event->event_type)) {
     case EventElement::kCq: {
       ibv_cq* cq = event->element.cq;
       mutex = &cq->mutex, cond = &cq->cond, counter = &cq->async_events_completed;
+      element = cq, kind = Kind::kCq;
       break;
     }
     case EventElement::kQp: {
       ibv_qp* qp = event->element.qp;
       mutex = &qp->mutex, cond = &qp->cond, counter = &qp->events_completed;
+      element = qp, kind = Kind::kQp;
       break;
     }
     case EventElement::kSrq: {
       ibv_srq* srq = event->element.srq;
       mutex = &srq->mutex, cond = &srq->cond, counter = &srq->events_completed;
+      element = srq, kind = Kind::kSrq;
       break;
     }
     case EventElement::kWq: {
       ibv_wq* wq = event->element.wq;
       mutex = &wq->mutex, cond = &wq->cond, counter = &wq->events_completed;
+      element = wq, kind = Kind::kWq;
       break;
     }
     case EventElement::kPort:
       return;  // port and device events carry no counter
   }
+  if (!provider::AckableHandle(element, kind, "ibv_ack_async_event")) return;
   pthread_mutex_lock(mutex);
   ++*counter;
   pthread_cond_signal(cond);

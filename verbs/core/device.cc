@@ -199,6 +199,9 @@ ibv_context* ibv_open_device(ibv_device* device) {
 }
 
 int ibv_close_device(ibv_context* context) {
+  if (!provider::LiveHandle(context, provider::Kind::kContext, "ibv_close_device")) {
+    return FailInt(kNoSuchObjectToDestroy);
+  }
   verbs_context* vctx = ToVerbsContext(context);
   verbs_ex_private* priv = vctx->priv;
   const int cmd_fd = context->cmd_fd;

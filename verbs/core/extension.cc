@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "emulator/engine/counters.h"
+#include "provider/handles.h"
 #include "provider/provider.h"
 
 namespace {
@@ -60,7 +61,10 @@ int rdmaemu_query_counters(ibv_context* context, uint8_t port_num, rdmaemu_count
 }
 
 int rdmaemu_query_qp_counters(ibv_qp* qp, rdmaemu_counters* counters) {
-  if (qp == nullptr || !SizeOk(counters)) return EINVAL;
+  if (!SizeOk(counters)) return EINVAL;
+  if (!rdmaemu::provider::LiveHandle(qp, rdmaemu::provider::Kind::kQp, "rdmaemu_query_qp_counters")) {
+    return EINVAL;
+  }
   return Fill(rdmaemu::provider::QueryQpCounters(qp), counters);
 }
 

@@ -3,6 +3,9 @@
 
 #include <infiniband/verbs.h>
 
+#include <cerrno>
+
+#include "provider/handles.h"
 #include "verbs/core/event_queue.h"
 
 // The library-private part of a context (verbs.h declares the type and
@@ -50,6 +53,21 @@ T* FailWith(int error) {
   errno = error;
   return nullptr;
 }
+
+// Sets errno and returns `error`: how an int verb fails when the kernel
+// refuses it (rdma-core returns the errno value, and the failed system call
+// left it in errno too).
+inline int FailInt(int error) {
+  errno = error;
+  return error;
+}
+
+// What each verb says for an object that is not a live one of its kind
+// (provider/handles.h), as the kernel's uverbs does: a destroy looks its
+// handle up for destruction and finds nothing (ENOENT); every other command
+// finds no object to use (EINVAL).
+constexpr int kNoSuchObjectToDestroy = ENOENT;
+constexpr int kNoSuchObject = EINVAL;
 
 // Waits, as rdma-core's destroy does, until `*completed == reported` under
 // the object's mutex; logs once after a second that the destroy is waiting

@@ -16,10 +16,13 @@ ibv_qp* LibCreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
 
 using namespace rdmaemu;
 using namespace rdmaemu::verbs;
+using rdmaemu::provider::Kind;
+using rdmaemu::provider::LiveHandle;
 
 extern "C" {
 
 ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
+  if (!LiveHandle(pd, Kind::kPd, "ibv_create_qp")) return FailWith<ibv_qp>(kNoSuchObject);
   ibv_qp_init_attr_ex ex{};
   ex.qp_context = qp_init_attr->qp_context;
   ex.send_cq = qp_init_attr->send_cq;
@@ -37,15 +40,18 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
 }
 
 int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  if (!LiveHandle(qp, Kind::kQp, "ibv_modify_qp")) return FailInt(kNoSuchObject);
   return provider::ModifyQp(qp, attr, attr_mask);
 }
 
 int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr) {
+  if (!LiveHandle(qp, Kind::kQp, "ibv_query_qp")) return FailInt(kNoSuchObject);
   return provider::QueryQp(qp, attr, attr_mask, init_attr);
 }
 
 int ibv_destroy_qp(ibv_qp* qp) {
-  if (int rc = provider::DetachQp(qp); rc != 0) return rc;
+  if (!LiveHandle(qp, Kind::kQp, "ibv_destroy_qp")) return FailInt(kNoSuchObjectToDestroy);
+  if (int rc = provider::DetachQp(qp); rc != 0) return FailInt(rc);
   unsigned reported = Private(qp->context)->async_events.Discard(qp);
   WaitForAcks(&qp->mutex, &qp->cond, &qp->events_completed, reported, nullptr, 0, "qp", qp);
   provider::FreeQp(qp);
@@ -53,25 +59,34 @@ int ibv_destroy_qp(ibv_qp* qp) {
 }
 
 int ibv_attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
-  if (qp == nullptr || gid == nullptr) return EINVAL;
+  if (!LiveHandle(qp, Kind::kQp, "ibv_attach_mcast")) return FailInt(kNoSuchObject);
+  if (gid == nullptr) return EINVAL;
   return provider::AttachMcast(qp, *gid, lid);
 }
 
 int ibv_detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
-  if (qp == nullptr || gid == nullptr) return EINVAL;
+  if (!LiveHandle(qp, Kind::kQp, "ibv_detach_mcast")) return FailInt(kNoSuchObject);
+  if (gid == nullptr) return EINVAL;
   return provider::DetachMcast(qp, *gid, lid);
 }
 
 ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
+  if (!LiveHandle(pd, Kind::kPd, "ibv_create_ah")) return FailWith<ibv_ah>(kNoSuchObject);
   auto ah = provider::CreateAh(pd, *attr);
   if (!ah.ok()) return FailWith<ibv_ah>(ah.status().code());
   return *ah;
 }
 
-int ibv_destroy_ah(ibv_ah* ah) { return provider::DestroyAh(ah); }
+int ibv_destroy_ah(ibv_ah* ah) {
+  if (!LiveHandle(ah, Kind::kAh, "ibv_destroy_ah")) return FailInt(kNoSuchObjectToDestroy);
+  return provider::DestroyAh(ah);
+}
 
 // NULL (errno untouched, as rdma-core) for a QP created without
 // IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.
-ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) { return provider::QpToQpEx(qp); }
+ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
+  if (!LiveHandle(qp, Kind::kQp, "ibv_qp_to_qp_ex")) return FailWith<ibv_qp_ex>(kNoSuchObject);
+  return provider::QpToQpEx(qp);
+}
 
 }  // extern "C"

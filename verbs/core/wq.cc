@@ -10,19 +10,26 @@
 namespace rdmaemu::verbs {
 namespace {
 
+using provider::Kind;
+using provider::LiveHandle;
+
 ibv_wq* CreateWq(ibv_context* context, ibv_wq_init_attr* attr) {
   auto wq = provider::CreateWq(context, attr);
   if (!wq.ok()) return FailWith<ibv_wq>(wq.status().code());
   return *wq;
 }
 
-int ModifyWq(ibv_wq* wq, ibv_wq_attr* attr) { return provider::ModifyWq(wq, attr); }
+int ModifyWq(ibv_wq* wq, ibv_wq_attr* attr) {
+  if (!LiveHandle(wq, Kind::kWq, "ibv_modify_wq")) return FailInt(kNoSuchObject);
+  return provider::ModifyWq(wq, attr);
+}
 
 // As rdma-core's ibv_cmd_destroy_wq: once the device has let go of the WQ,
 // wait until every WQ_FATAL the application read is acknowledged; events
 // still queued are discarded with their fd counts.
 int DestroyWq(ibv_wq* wq) {
-  if (int rc = provider::DetachWq(wq); rc != 0) return rc;
+  if (!LiveHandle(wq, Kind::kWq, "ibv_destroy_wq")) return FailInt(kNoSuchObjectToDestroy);
+  if (int rc = provider::DetachWq(wq); rc != 0) return FailInt(rc);
   unsigned reported = Private(wq->context)->async_events.Discard(wq);
   WaitForAcks(&wq->mutex, &wq->cond, &wq->events_completed, reported, nullptr, 0, "wq", wq);
   provider::FreeWq(wq);
@@ -35,7 +42,12 @@ ibv_rwq_ind_table* CreateRwqIndTable(ibv_context* context, ibv_rwq_ind_table_ini
   return *table;
 }
 
-int DestroyRwqIndTable(ibv_rwq_ind_table* table) { return provider::DestroyRwqIndTable(table); }
+int DestroyRwqIndTable(ibv_rwq_ind_table* table) {
+  if (!LiveHandle(table, Kind::kRwqIndTable, "ibv_destroy_rwq_ind_table")) {
+    return FailInt(kNoSuchObjectToDestroy);
+  }
+  return provider::DestroyRwqIndTable(table);
+}
 
 }  // namespace
 
