@@ -58,8 +58,17 @@ int PollCq(ibv_cq* ibv, int num_entries, ibv_wc* wc) {
   return total;
 }
 
+// A CQ created without a completion channel has nowhere to deliver the
+// event it would be armed for; refused rather than armed for nothing, so
+// that the program learns its events can never come.
 int ReqNotifyCq(ibv_cq* ibv, int solicited_only) {
   if (LiveHandle(ibv, Kind::kCq, "ibv_req_notify_cq") == nullptr) return EINVAL;
+  if (ibv->channel == nullptr) {
+    Log().warn("ibv_req_notify_cq: cq#{} was created without a completion channel, so no "
+               "completion event can ever be delivered for it; pass one to ibv_create_cq",
+               ToCq(ibv)->number);
+    return EINVAL;
+  }
   ToCq(ibv)->cq->Arm(solicited_only != 0);
   return 0;
 }

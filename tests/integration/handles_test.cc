@@ -410,5 +410,17 @@ TEST_F(HandlesTest, DeallocOfABusyPdFailsWithEbusy) {
   busy_while(pd, [&] { EXPECT_EQ(ibv_destroy_wq(wq), 0); });
 }
 
+TEST_F(HandlesTest, ReqNotifyOnACqWithoutAChannelFails) {
+  EXPECT_EQ(ibv_req_notify_cq(cq_, 0), EINVAL);
+  EXPECT_EQ(ibv_req_notify_cq(cq_, 1), EINVAL);
+  ibv_comp_channel* channel = ibv_create_comp_channel(ctx_);
+  ASSERT_NE(channel, nullptr);
+  ibv_cq* cq = ibv_create_cq(ctx_, 4, nullptr, channel, 0);
+  ASSERT_NE(cq, nullptr);
+  EXPECT_EQ(ibv_req_notify_cq(cq, 0), 0);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(ibv_destroy_comp_channel(channel), 0);
+}
+
 }  // namespace
 }  // namespace rdmaemu::testing

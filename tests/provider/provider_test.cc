@@ -248,7 +248,7 @@ TEST_F(ProviderTest, CompletionHookRunsOnlyForArmedCqsWithAChannel) {
   ASSERT_TRUE(cq.ok());
   ibv_cq* base = ibv_cq_ex_to_cq(*cq);
   objects::Cqe cqe;
-  ASSERT_EQ(V(ctx_)->context.ops.req_notify_cq(base, 0), 0);
+  EXPECT_EQ(V(ctx_)->context.ops.req_notify_cq(base, 0), EINVAL) << "no channel: nothing to arm for";
   ASSERT_TRUE(ToCq(base)->cq->Push(cqe));
   EXPECT_TRUE(g_completions.empty()) << "no channel: no completion event";
 
