@@ -375,11 +375,14 @@ void Engine::ReceiveMulticast(const wire::PacketView& packet, const net::Datagra
                         net::ToString(d.dst));
     return;
   }
-  std::vector<uint32_t> qpns;
+  // Copied out (into a buffer that keeps its capacity) so that delivery,
+  // which takes each QP's lock, runs without mcast_mu_.
+  std::vector<uint32_t>& qpns = mcast_members_;
+  qpns.clear();
   {
     std::lock_guard lock(mcast_mu_);
     auto it = groups_.find({port, d.dst.s_addr});
-    if (it != groups_.end()) qpns = it->second.qpns;
+    if (it != groups_.end()) qpns.assign(it->second.qpns.begin(), it->second.qpns.end());
   }
   if (qpns.empty()) {  // its socket is closing: the last QP left
     CountPort(port, &Counters::dropped_unknown_qpn);

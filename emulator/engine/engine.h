@@ -294,6 +294,7 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   std::set<uint32_t> active_;      // QPs with requests in flight (timers)
   std::vector<uint8_t> scratch_;   // payload gathering
   std::vector<uint8_t> packet_;    // packet building
+  std::vector<uint32_t> mcast_members_;  // ReceiveMulticast: a group's QPs
 };
 
 // One engine per open device in the process, shared by its contexts.

@@ -2,11 +2,16 @@
 // the process exit status (see options.h); `run` does not return on success.
 #pragma once
 
+#include <sys/types.h>
+
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "emulator/control/protocol.h"
 
 namespace rdmaemu::cli {
 
@@ -37,6 +42,12 @@ std::vector<std::pair<std::string_view, std::string_view>> ForwardedSummaries();
 bool IsForwarded(std::string_view name);
 std::string ForwardedHelp(std::string_view name);
 int ForwardedMain(std::string_view name, std::span<const std::string> args);
+
+// The control sockets of the running programs (only `only`'s if given),
+// one per process, in pid order (control.cc; list, top and trace use it).
+std::vector<control::Server> RunningPrograms(std::optional<pid_t> only);
+// A positive decimal number (a pid, a count, seconds), or nullopt.
+std::optional<int> PositiveNumber(std::string_view text);
 
 // Prints "rdmaemu CMD: MESSAGE" and a pointer to the help on stderr; returns kExitUsage.
 int UsageError(std::string_view command, std::string_view message);

@@ -259,6 +259,26 @@ std::string ForwardedHelp(std::string_view name) {
 }
 
 // `stats --watch`: the same stats every second until interrupted.
+std::vector<control::Server> RunningPrograms(std::optional<pid_t> only) {
+  std::vector<control::Server> servers;
+  std::set<pid_t> seen;
+  for (const auto& dir : control::SearchDirs()) {
+    for (auto& s : control::FindServers(dir)) {
+      if (only && s.pid != *only) continue;
+      if (seen.insert(s.pid).second) servers.push_back(std::move(s));
+    }
+  }
+  std::sort(servers.begin(), servers.end(), [](const auto& a, const auto& b) { return a.pid < b.pid; });
+  return servers;
+}
+
+std::optional<int> PositiveNumber(std::string_view text) {
+  int v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v <= 0) return std::nullopt;
+  return v;
+}
+
 static int WatchStats(std::span<const std::string> args) {
   std::vector<std::string> rest;
   for (const auto& a : args) {
@@ -304,24 +324,12 @@ int ForwardedMain(std::string_view name, std::span<const std::string> args) {
       words.push_back(a);
       continue;
     }
-    int pid = 0;
-    auto [end, ec] = std::from_chars(value->data(), value->data() + value->size(), pid);
-    if (ec != std::errc() || end != value->data() + value->size() || pid <= 0) {
-      return UsageError(name, fmt::format("--pid: '{}' is not a process id", *value));
-    }
-    only = pid;
+    only = PositiveNumber(*value);
+    if (!only) return UsageError(name, fmt::format("--pid: '{}' is not a process id", *value));
   }
 
-  std::vector<std::string> dirs = control::SearchDirs();
-  std::vector<control::Server> servers;
-  std::set<pid_t> seen;
-  for (const auto& dir : dirs) {
-    for (auto& s : control::FindServers(dir)) {
-      if (only && s.pid != *only) continue;
-      if (seen.insert(s.pid).second) servers.push_back(std::move(s));
-    }
-  }
-  std::sort(servers.begin(), servers.end(), [](const auto& a, const auto& b) { return a.pid < b.pid; });
+  const std::vector<std::string> dirs = control::SearchDirs();
+  std::vector<control::Server> servers = RunningPrograms(only);
   if (servers.empty()) {
     if (only) {
       PrintError(name, fmt::format("no rdmaemu process with pid {} (looked in {})", *only, Joined(dirs)));

@@ -183,13 +183,6 @@ std::string Render(const std::vector<Reading>& now, const std::map<pid_t, Readin
   return out;
 }
 
-std::optional<int> ParsePositive(const std::string& text) {
-  int v = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || v <= 0) return std::nullopt;
-  return v;
-}
-
 }  // namespace
 
 std::string TopHelp() {
@@ -231,7 +224,7 @@ int TopMain(std::span<const std::string> args, const char*) {
       return UsageError("top", fmt::format("unknown argument '{}'", a));
     }
     if (i + 1 >= args.size()) return UsageError("top", fmt::format("'{}' needs a value", a));
-    auto v = ParsePositive(args[++i]);
+    auto v = PositiveNumber(args[++i]);
     if (!v) return UsageError("top", fmt::format("{}: '{}' is not a positive number", a, args[i]));
     if (a == "--pid") only = *v;
     if (a == "--interval") interval = *v;
@@ -243,17 +236,8 @@ int TopMain(std::span<const std::string> args, const char*) {
   auto last = std::chrono::steady_clock::now();
   for (int n = 0; count == 0 || n < count; ++n) {
     if (n > 0) std::this_thread::sleep_for(std::chrono::seconds(interval));
-    std::vector<control::Server> servers;
-    std::set<pid_t> seen;
-    for (const auto& dir : control::SearchDirs()) {
-      for (auto& s : control::FindServers(dir)) {
-        if (only && s.pid != *only) continue;
-        if (seen.insert(s.pid).second) servers.push_back(std::move(s));
-      }
-    }
-    std::sort(servers.begin(), servers.end(), [](const auto& a, const auto& b) { return a.pid < b.pid; });
     std::vector<Reading> now;
-    for (const auto& s : servers) {
+    for (const auto& s : RunningPrograms(only)) {
       if (auto r = Read(s, max_qps)) now.push_back(std::move(*r));
     }
     if (n == 0 && now.empty()) {

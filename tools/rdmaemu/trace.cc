@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cerrno>
@@ -94,23 +93,13 @@ int TraceMain(std::span<const std::string> args, const char*) {
       level = v;
       continue;
     }
-    int n = 0;
-    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-    if (ec != std::errc() || end != v.data() + v.size() || n <= 0) {
-      return UsageError("trace", fmt::format("{}: '{}' is not a positive number", a, v));
-    }
-    if (a == "--pid") only = n;
-    else seconds = n;
+    auto n = PositiveNumber(v);
+    if (!n) return UsageError("trace", fmt::format("{}: '{}' is not a positive number", a, v));
+    if (a == "--pid") only = *n;
+    else seconds = *n;
   }
 
-  std::vector<control::Server> servers;
-  std::set<pid_t> seen;
-  for (const auto& dir : control::SearchDirs()) {
-    for (auto& s : control::FindServers(dir)) {
-      if (only && s.pid != *only) continue;
-      if (seen.insert(s.pid).second) servers.push_back(std::move(s));
-    }
-  }
+  const std::vector<control::Server> servers = RunningPrograms(only);
   if (servers.empty()) {
     PrintError("trace", only ? fmt::format("no rdmaemu process with pid {}", *only)
                              : std::string("no running rdmaemu process found"));
