@@ -41,9 +41,23 @@ run() {  # engine, program, args...
   fi
   sleep 0.5
   local out
-  out=$(RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 60 \
-    "$program" -d emu0 -x 0 -p "$port" "$@" "$server_ip" 2>&1)
-  local client_rc=$?
+  local client_rc tries=0
+  while :; do
+    out=$(RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 60 \
+      "$program" -d emu0 -x 0 -p "$port" "$@" "$server_ip" 2>&1)
+    client_rc=$?
+    # A loaded machine may take longer than the wait above from the server's
+    # address to its rdma_listen: the REQ is then refused at once (event 8,
+    # REJECTED: nobody listens), which leaves the server waiting, untouched.
+    # Start the client again, as perftest's own retry means to (it retries
+    # on the ids it destroyed, which fails with EINVAL).
+    if [[ -z "${server_env[*]}" ]] || (( ++tries >= 5 )) ||
+       ! grep -qE 'RDMA_CM_EVENT_REJECTED; error: 8|Unexpected CM event bl blka 8$' <<<"$out"; then
+      break
+    fi
+    echo "note: $program $*: refused before the server listened; client started again"
+    sleep 1
+  done
   wait "$server"
   local server_rc=$?
   # The result table's data line starts with the message size in bytes.
