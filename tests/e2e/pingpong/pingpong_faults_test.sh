@@ -52,7 +52,16 @@ run_pair() {  # program, engine, args...
   if [ $client_rc -ne 0 ] || [ $server_rc -ne 0 ] || ! grep -q "$iters iters in" "$clog" \
      || grep -q "invalid data" "$slog" "$clog"; then
     echo "FAIL: $program engine=$engine args=$* client=$client_rc server=$server_rc"
-    echo "--- client:"; grep -v ' debug' "$clog" | tail -20; echo "--- server:"; grep -v ' debug' "$slog" | tail -20
+    # The programs' stdout reaches the file only at exit, after everything
+    # they wrote to stderr: show their own error lines and the emulator's
+    # warnings first, then the last debug lines before the failure.
+    for side in client server; do
+      local log=$clog; [ $side = server ] && log=$slog
+      echo "--- $side: errors and warnings:"
+      grep -v -E ' (debug|info):|address:|^seed=|matched [0-9]+ packets|^$' "$log" | head -20
+      echo "--- $side: last debug lines:"
+      grep ' debug:' "$log" | tail -15
+    done
     failures=$(( failures + 1 ))
   elif [ "$timeouts" -eq 0 ] || [ "$icrc" -eq 0 ]; then
     echo "FAIL: $program engine=$engine args=$*: passed, but with $timeouts transport timeouts and $icrc ICRC drops: RDMAEMU_FAULTS ignored?"
