@@ -63,6 +63,18 @@ int SetPortSpeed(ibv_context* context, uint8_t port, uint8_t speed, uint8_t widt
   return Report("rdmaemu_set_port_speed", dev.SetLinkSpeed(port, speed, width));
 }
 
+int QueryPortAddress(ibv_context* context, uint8_t port, in_addr* address, int* fixed) {
+  const device::Device& dev = DeviceOf(context);
+  if (!dev.ValidPort(port)) {
+    Log().warn("rdmaemu_query_port_address: {} has no port {} (ports 1..{}): EINVAL", dev.name(), port,
+               dev.num_ports());
+    return EINVAL;
+  }
+  if (address != nullptr) *address = dev.PortAddress(port).sin_addr;
+  if (fixed != nullptr) *fixed = dev.PortAddressFixed(port) ? 1 : 0;
+  return 0;
+}
+
 int SetGid(ibv_context* context, uint8_t port, int index, const ibv_gid& gid) {
   device::Gid g;
   std::memcpy(g.raw.data(), gid.raw, 16);

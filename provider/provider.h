@@ -7,6 +7,7 @@
 #pragma once
 
 #include <infiniband/verbs.h>
+#include <netinet/in.h>
 
 #include <cstdint>
 #include <string>
@@ -62,6 +63,7 @@ int SetSmLid(ibv_context* context, uint8_t port, uint16_t sm_lid);
 int ClientReregister(ibv_context* context, uint8_t port);
 int SetPkey(ibv_context* context, uint8_t port, uint16_t index, uint16_t pkey);
 int SetPortSpeed(ibv_context* context, uint8_t port, uint8_t speed, uint8_t width);
+int QueryPortAddress(ibv_context* context, uint8_t port, in_addr* address, int* fixed);
 int SetGid(ibv_context* context, uint8_t port, int index, const ibv_gid& gid);
 int ClearGid(ibv_context* context, uint8_t port, int index);
 int DeviceFatal(ibv_context* context, const char* why);

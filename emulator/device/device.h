@@ -103,6 +103,10 @@ class Device {
 
   // The address a port's socket is bound to (network order inside in_addr).
   sockaddr_in PortAddress(int port) const;
+  // Whether that address was fixed before the port opened (configured,
+  // RDMAEMU_ADDRESS, or claimed by rdma_bind_addr) rather than the first
+  // free one of 127.0.0.0/8, which differs from process to process.
+  bool PortAddressFixed(int port) const { return config_.ports[port - 1].address.has_value(); }
   // Where a LID-routed packet (InfiniBand link layer, no GRH) goes, in
   // network order: the port the emulated subnet knows by that LID
   // (subnet.h), or 0 when no port has it.

@@ -33,6 +33,8 @@ for sym in rdmaemu_set_port_state rdmaemu_query_counters rdmaemu_query_qp_counte
   grep -q "^$sym@@RDMAEMU_1.0 " <(default_symbols "$ours") ||
     fail "$sym@@RDMAEMU_1.0 is not exported"
 done
+grep -q "^rdmaemu_query_port_address@@RDMAEMU_1.1 " <(default_symbols "$ours") ||
+  fail "rdmaemu_query_port_address@@RDMAEMU_1.1 is not exported"
 echo "rdma-core exports $(wc -l < "$tmp/real.syms") default-version symbols; ours $(wc -l < "$tmp/ours.syms")"
 
 names() { sed 's/@@.*//' "$1" | sort -u; }

@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "rdmaemu/rdmaemu.h"
 #include "tools/rdmaemu/commands.h"
 #include "tools/rdmaemu/locate.h"
 #include "tools/rdmaemu/options.h"
@@ -35,6 +36,8 @@ struct Verbs {
   // The exported ibv_query_port, for a context whose verbs_context lacks the
   // extended op (never ours, but this is what verbs.h's inline does).
   int (*query_port_compat)(ibv_context*, uint8_t, ibv_port_attr*) = nullptr;
+  // rdmaemu.h's: whether an address is fixed or picked at open.
+  decltype(&::rdmaemu_query_port_address) query_port_address = nullptr;
 };
 
 template <typename F>
@@ -161,8 +164,10 @@ std::string DevicesHelp() {
          "program sees them: the tool loads the built libibverbs.so.1 and asks it\n"
          "through the verbs API, so the configuration is read as the library reads it.\n"
          "A port with no configured address takes the first free address of\n"
-         "127.0.0.0/8 when a process opens its device; the address shown is the one\n"
-         "this listing got.\n"
+         "127.0.0.0/8 when a process opens its device: the listing marks it (auto) and\n"
+         "shows the one it got with every device open at once, as one program opening\n"
+         "them all would; another process gets other ones. Set address= in the\n"
+         "configuration or --address to fix it.\n"
          "\n"
          "Options (each sets the variable in brackets, as for `rdmaemu run`):\n" +
          FormatOptions(kEnvironmentOptions) +
@@ -205,7 +210,8 @@ int DevicesMain(std::span<const std::string> args, const char* argv0) {
       !Resolve(handle, "ibv_close_device", v.close_device, error) ||
       !Resolve(handle, "ibv_query_device", v.query_device, error) ||
       !Resolve(handle, "_ibv_query_gid_ex", v.query_gid_ex, error) ||
-      !Resolve(handle, "ibv_query_port", v.query_port_compat, error)) {
+      !Resolve(handle, "ibv_query_port", v.query_port_compat, error) ||
+      !Resolve(handle, "rdmaemu_query_port_address", v.query_port_address, error)) {
     PrintError("devices", fmt::format("{}: {}", lib.path, error));
     return kExitFailure;
   }
@@ -223,6 +229,11 @@ int DevicesMain(std::span<const std::string> args, const char* argv0) {
 
   int status = kExitOk;
   std::vector<Row> rows;
+  // Every device stays open until all are listed: devices with automatic
+  // addresses then get distinct ones, as in a program that opens them all,
+  // instead of each taking the one its predecessor just released.
+  std::vector<ibv_context*> open;
+  bool any_auto = false;
   for (int i = 0; i < count; ++i) {
     std::string name = v.get_device_name(list[i]);
     std::string guid = fmt::format("{:016x}", be64toh(v.get_device_guid(list[i])));
@@ -239,6 +250,7 @@ int DevicesMain(std::span<const std::string> args, const char* argv0) {
       v.close_device(ctx);
       continue;
     }
+    open.push_back(ctx);
     for (uint8_t p = 1; p <= dev.phys_port_cnt; ++p) {
       ibv_port_attr pa{};
       if (int rc = QueryPort(v, ctx, p, &pa); rc != 0) {
@@ -255,15 +267,29 @@ int DevicesMain(std::span<const std::string> args, const char* argv0) {
         r.address = GidAddress(entry.gid);
         r.gid_type = GidTypeName(entry.gid_type);
       }
+      int fixed = 1;
+      if (int rc = v.query_port_address(ctx, p, nullptr, &fixed); rc != 0) {
+        PrintError("devices", fmt::format("{} port {}: rdmaemu_query_port_address: {}", name, p,
+                                          std::strerror(rc)));
+        status = kExitFailure;
+      } else if (fixed == 0) {
+        r.address += " (auto)";
+        any_auto = true;
+      }
       rows.push_back(std::move(r));
     }
-    v.close_device(ctx);
   }
+  for (ibv_context* ctx : open) v.close_device(ctx);
   v.free_device_list(list);
   if (count == 0) {
     std::printf("no devices\n");
   } else {
     PrintTable(rows);
+    if (any_auto) {
+      std::printf("\n(auto): the first free address of 127.0.0.0/8, picked when a process opens the\n"
+                  "device; each process gets its own. address= in the configuration or --address\n"
+                  "fixes it.\n");
+    }
   }
   // The handle stays open: the library may own threads until exit.
   return status;

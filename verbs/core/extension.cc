@@ -104,6 +104,13 @@ int rdmaemu_set_port_speed(ibv_context* context, uint8_t port_num, uint8_t activ
   return rdmaemu::provider::SetPortSpeed(context, port_num, active_speed, active_width);
 }
 
+int rdmaemu_query_port_address(ibv_context* context, uint8_t port_num, in_addr* address, int* fixed) {
+  if (!rdmaemu::provider::LiveHandle(context, rdmaemu::provider::Kind::kContext, "rdmaemu_query_port_address")) {
+    return EINVAL;
+  }
+  return rdmaemu::provider::QueryPortAddress(context, port_num, address, fixed);
+}
+
 int rdmaemu_set_gid(ibv_context* context, uint8_t port_num, int index, const ibv_gid* gid) {
   if (gid == nullptr) return EINVAL;
   return rdmaemu::provider::SetGid(context, port_num, index, *gid);

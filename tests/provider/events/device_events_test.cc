@@ -274,6 +274,21 @@ TEST_F(DeviceEventsTest, SpeedAndWidthChangeRaiseDeviceSpeedChange) {
   ExpectNoEvent();
 }
 
+TEST_F(DeviceEventsTest, QueryPortAddressGivesGid0sAddressAndSaysItWasPickedAtOpen) {
+  ASSERT_NO_FATAL_FAILURE(Open("emu0"));
+  in_addr address{};
+  int fixed = -1;
+  ASSERT_EQ(rdmaemu_query_port_address(ctx_, 1, &address, &fixed), 0);
+  EXPECT_EQ(fixed, 0);  // no configuration: the first free address of 127/8
+  ibv_gid gid{};
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &gid), 0);
+  EXPECT_EQ(std::memcmp(gid.raw + 12, &address.s_addr, 4), 0);
+  EXPECT_EQ(ntohl(address.s_addr) >> 24, 127u);
+  EXPECT_EQ(rdmaemu_query_port_address(ctx_, 1, nullptr, nullptr), 0);
+  EXPECT_EQ(rdmaemu_query_port_address(ctx_, 2, &address, &fixed), EINVAL);
+  EXPECT_EQ(rdmaemu_query_port_address(ctx_, 0, &address, &fixed), EINVAL);
+}
+
 TEST_F(DeviceEventsTest, GidSetAndClearRaiseGidChangeAndShowInEveryGidQuery) {
   Open("emu0");
   ibv_gid g{};

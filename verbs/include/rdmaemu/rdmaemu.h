@@ -2,11 +2,13 @@
  * for mlx5: operations a test drives from inside its process.
  *
  * Link against rdmaemu's libibverbs.so.1 (they are exported under the
- * version node RDMAEMU_1.0). Every function returns 0 or an errno value. */
+ * version nodes RDMAEMU_1.0 and, from rdmaemu_query_port_address on,
+ * RDMAEMU_1.1). Every function returns 0 or an errno value. */
 #ifndef RDMAEMU_RDMAEMU_H
 #define RDMAEMU_RDMAEMU_H
 
 #include <infiniband/verbs.h>
+#include <netinet/in.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -167,6 +169,15 @@ int rdmaemu_clear_gid(struct ibv_context *context, uint8_t port_num,
  * `reason` (may be NULL) goes into the log line. Returns 0 (also when the
  * device is already dead). */
 int rdmaemu_device_fatal(struct ibv_context *context, const char *reason);
+
+/* The IPv4 address a RoCE port's socket is bound to (network order) and
+ * whether it is fixed (*fixed = 1: the configuration file's address=,
+ * RDMAEMU_ADDRESS, or rdma_bind_addr before the device opened) or was
+ * picked when the device opened (*fixed = 0: the first free address of
+ * 127.0.0.0/8, so another process opening the same device gets another
+ * one). Either pointer may be NULL. EINVAL for a port the device lacks. */
+int rdmaemu_query_port_address(struct ibv_context *context, uint8_t port_num,
+			       struct in_addr *address, int *fixed);
 
 #ifdef __cplusplus
 }
