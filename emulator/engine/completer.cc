@@ -94,6 +94,18 @@ void Engine::AckUpTo(Qp& qp, uint32_t psn) {
   }
 }
 
+bool Engine::FailLocally(Qp& qp, const Inflight& f) {
+  if (f.local_error == objects::WcStatus::kSuccess) return false;
+  // Only the front WQE can fail; one behind an unanswered READ waits (its
+  // response comes again when the timer asks for it).
+  if (&qp.inflight.front() != &f) return true;
+  FailQp(qp, f.local_error,
+         fmt::format("the response of WR {} cannot be written: its local buffer is not in a memory region "
+                     "with IBV_ACCESS_LOCAL_WRITE of the QP's PD",
+                     f.wqe.wr_id));
+  return true;
+}
+
 void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_point now) {
   if (qp.type != QpType::kRc || qp.inflight.empty()) return;
   const uint32_t psn = packet.psn();
@@ -185,6 +197,7 @@ void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_poin
       // A read response acknowledges everything before the read.
       AckUpTo(qp, wire::PsnAdd(f.first_psn, -1));
       if (qp.attrs.state == QpState::kErr) return;
+      if (FailLocally(qp, f)) return;
       std::span<const uint8_t> data = packet.payload();
       if (f.read_bytes + data.size() > f.wqe.length ||
           (packet.Has(wire::kLastMask) && f.read_bytes + data.size() != f.wqe.length)) {
@@ -213,6 +226,7 @@ void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_poin
       if (f.done) return;  // duplicate
       AckUpTo(qp, wire::PsnAdd(psn, -1));
       if (qp.attrs.state == QpState::kErr) return;
+      if (FailLocally(qp, f)) return;
       uint64_t orig = packet.atomic_ack_eth().orig_data();
       ScatterRange(f.wqe.sges, 0, std::span<const uint8_t>(reinterpret_cast<uint8_t*>(&orig), 8));
       f.done = true;

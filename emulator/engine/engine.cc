@@ -1063,7 +1063,7 @@ void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagr
   objects::Cqe cqe;
   cqe.wr_id = wqe.wr_id;
   cqe.qp_num = qp.qpn;
-  DeliverUd(wqe, qp.pd, qp.qpn, packet, d, cqe);
+  DeliverUd(wqe, RecvPd(qp), qp.qpn, packet, d, cqe);
   PushCqe(qp, qp.recv_cq, cqe);
 }
 

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <string_view>
@@ -185,6 +186,8 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   objects::WcStatus CheckSges(const Qp& qp, const std::vector<Sge>& sges, bool write);
   // The same against `pd`, naming queue `num` (a QP or WQ) in the log.
   objects::WcStatus CheckSges(uint32_t pd, uint32_t num, const std::vector<Sge>& sges, bool write);
+  // The PD receive WQEs of `qp` are checked against: its SRQ's, if any.
+  static uint32_t RecvPd(const Qp& qp) { return qp.srq ? qp.srq->pd : qp.pd; }
   // Copies [offset, offset+len) of a WQE's payload into out.
   void GatherRange(const SendWqe& wqe, uint64_t offset, size_t len, std::vector<uint8_t>& out);
   // Writes data at `offset` into an SGE list (already checked).
@@ -243,13 +246,21 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // Moves the QP to ERR from the engine (retries exhausted, a NAK, a fatal
   // responder error): the failing WQE gets `status`, the rest are flushed.
   void FailQp(Qp& qp, objects::WcStatus status, const std::string& why);
+  // A READ's or atomic's response arrived for a WQE whose local buffer
+  // failed its check (Inflight::local_error): fails the QP if it is the
+  // front WQE. False when there is no local error.
+  bool FailLocally(Qp& qp, const Inflight& f);
 
   // responder.cc
   void OnRequest(Qp& qp, const wire::PacketView& packet);
   void SendAck(Qp& qp, uint32_t psn, uint8_t syndrome);
   // RNR NAK for `psn` (no receive WQE): the requester retries it later.
   void SendRnrNak(Qp& qp, uint32_t psn);
-  void ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std::string& why);
+  // NAKs `psn` with `code` and moves the QP to ERR; a receive WQE in use
+  // completes with `recv_status` (by default the status the NAK gives the
+  // requester).
+  void ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std::string& why,
+                      std::optional<objects::WcStatus> recv_status = std::nullopt);
   void AnswerRead(Qp& qp, const ReplayEntry& r, uint32_t from_psn);
 
   const std::shared_ptr<device::Device> device_;

@@ -90,6 +90,10 @@ struct Inflight {
   // acknowledged past): further signs of the same gap ask nothing more until
   // a response arrives in sequence or the timer fires.
   bool rerequested = false;
+  // A READ or atomic whose local buffer failed its check: it is sent all
+  // the same and fails with this status when its response arrives, where a
+  // NIC finds it (writing the response); a remote error found first wins.
+  objects::WcStatus local_error = objects::WcStatus::kSuccess;
 };
 
 // Kept by the responder so that a duplicate READ or atomic is answered

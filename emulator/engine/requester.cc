@@ -168,6 +168,18 @@ size_t Engine::AdmitWqes(Qp& qp, size_t limit) {
     qp.sq.pop_front();
     objects::WcStatus local = f.wqe.is_inline ? objects::WcStatus::kSuccess
                                               : CheckSges(qp, f.wqe.sges, rd);
+    const bool atomic = f.wqe.op == SendOp::kCompareSwap || f.wqe.op == SendOp::kFetchAdd;
+    if (atomic && (f.wqe.sges.size() != 1 || f.wqe.length != 8)) {
+      // The original value has nowhere to go; checked before the request
+      // leaves, so the target is untouched.
+      RDMAEMU_WARN_LIMITED("{} qp#{} WR {}: an atomic needs exactly one 8-byte SGE for the original "
+                           "value, not {} SGE(s) of {} bytes: local length error",
+                           device_->name(), qp.qpn, f.wqe.wr_id, f.wqe.sges.size(), f.wqe.length);
+      local = objects::WcStatus::kLocLenErr;
+    } else if (rd && local != objects::WcStatus::kSuccess) {
+      f.local_error = local;
+      local = objects::WcStatus::kSuccess;
+    }
     f.first_psn = qp.next_send_psn;
     if (local != objects::WcStatus::kSuccess) {
       // Completes with the error when it reaches the front (completer.cc).
@@ -178,9 +190,7 @@ size_t Engine::AdmitWqes(Qp& qp, size_t limit) {
       qp.inflight.push_back(std::move(f));
       return admitted + 1;
     }
-    uint32_t count = f.wqe.op == SendOp::kCompareSwap || f.wqe.op == SendOp::kFetchAdd
-                         ? 1
-                         : PacketCount(f.wqe.length, mtu);
+    uint32_t count = atomic ? 1 : PacketCount(f.wqe.length, mtu);
     f.packets = rd ? 1 : count;
     f.last_psn = wire::PsnAdd(f.first_psn, count - 1);
     f.next_psn = f.first_psn;

@@ -49,7 +49,8 @@ void Engine::SendRnrNak(Qp& qp, uint32_t psn) {
   qp.nak_sent = true;
 }
 
-void Engine::ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std::string& why) {
+void Engine::ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std::string& why,
+                            std::optional<objects::WcStatus> recv_status) {
   if (code == wire::NakCode::kRemoteAccessError) Count(&qp, &Counters::rkey_violations);
   if (qp.type == QpType::kUc) {
     // UC has no NAKs: the message is dropped and the receive WQE reused.
@@ -66,9 +67,10 @@ void Engine::ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std:
   if (qp.in_send) {
     objects::Cqe c;
     c.wr_id = qp.recv.wr_id;
-    c.status = code == wire::NakCode::kRemoteAccessError ? objects::WcStatus::kRemAccessErr
-               : code == wire::NakCode::kInvalidRequest  ? objects::WcStatus::kRemInvReqErr
-                                                         : objects::WcStatus::kLocQpOpErr;
+    c.status = recv_status                                 ? *recv_status
+               : code == wire::NakCode::kRemoteAccessError ? objects::WcStatus::kRemAccessErr
+               : code == wire::NakCode::kInvalidRequest    ? objects::WcStatus::kRemInvReqErr
+                                                           : objects::WcStatus::kLocQpOpErr;
     c.opcode = objects::WcOpcode::kRecv;
     c.qp_num = qp.qpn;
     c.timestamp_ns = NowNs();
@@ -212,16 +214,24 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
       }
       qp.in_send = true;
       qp.recv_offset = 0;
-      if (CheckSges(qp, qp.recv.sges, true) != objects::WcStatus::kSuccess) {
+      // The receiver's own mistake: its completion says so (a ConnectX
+      // gives LOC_PROT_ERR here), the sender learns only that the remote
+      // side failed (REM_OP_ERR). An SRQ's WQEs belong to the SRQ's PD.
+      if (CheckSges(RecvPd(qp), qp.qpn, qp.recv.sges, true) != objects::WcStatus::kSuccess) {
         ResponderError(qp, wire::NakCode::kRemoteOperationalError, psn,
-                       "the receive WQE's SGEs are not in a writable memory region of the QP's PD");
+                       fmt::format("receive WR {}: its SGEs are not in a memory region with "
+                                   "IBV_ACCESS_LOCAL_WRITE of the {}'s PD",
+                                   qp.recv.wr_id, qp.srq ? "SRQ" : "QP"),
+                       objects::WcStatus::kLocProtErr);
         return;
       }
     }
     std::span<const uint8_t> data = packet.payload();
     if (qp.recv_offset + data.size() > qp.recv.length) {
       ResponderError(qp, wire::NakCode::kInvalidRequest, psn,
-                     fmt::format("the message is longer than the {}-byte receive buffer", qp.recv.length));
+                     fmt::format("the message is longer than the {}-byte receive buffer of WR {}",
+                                 qp.recv.length, qp.recv.wr_id),
+                     objects::WcStatus::kLocLenErr);
       return;
     }
     ScatterRange(qp.recv.sges, qp.recv_offset, data);
