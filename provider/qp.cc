@@ -218,14 +218,15 @@ int QueueSends(Qp& qp, std::vector<engine::SendWqe>& wqes, size_t* queued) {
   int rc = 0;
   {
     std::lock_guard lock(eqp.mu);
-    // Before RTS the WQEs wait, as a NIC's driver takes them in any state
-    // (mlx5 does): the engine starts them when the QP reaches RTS, and
-    // ERR flushes them.
+    // As mlx5's driver (qp_state_max_gs: no send SGEs until RTS has been
+    // set, none at all in RESET), which rdma-core's own tests expect
+    // (post_sq_state_bad_flow).
     engine::QpState state = eqp.attrs.state;
     if (state == engine::QpState::kReset || state == engine::QpState::kInit ||
         state == engine::QpState::kRtr) {
-      RDMAEMU_LOG_LIMITED(spdlog::level::debug, "ibv_post_send: qp#{} is in {}: its WQEs wait for RTS",
-                          eqp.qpn, objects::ToString(static_cast<objects::QpState>(state)));
+      RDMAEMU_WARN_LIMITED("ibv_post_send: qp#{} is in {}; it must reach RTS before sending",
+                           eqp.qpn, objects::ToString(static_cast<objects::QpState>(state)));
+      return EINVAL;
     }
     for (auto& w : wqes) {
       if (eqp.sq_outstanding >= eqp.caps.max_send_wr) {
@@ -287,6 +288,12 @@ int PostRecv(ibv_qp* ibv, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     }
     if (eqp.srq) {
       RDMAEMU_WARN_LIMITED("ibv_post_recv: qp#{} receives through an SRQ; use ibv_post_srq_recv", eqp.qpn);
+      rc = EINVAL;
+      break;
+    }
+    // mlx5 takes receives from INIT on, never in RESET (post_rq_state_bad_flow).
+    if (eqp.attrs.state == engine::QpState::kReset) {
+      RDMAEMU_WARN_LIMITED("ibv_post_recv: qp#{} is in RESET; move it to INIT first", eqp.qpn);
       rc = EINVAL;
       break;
     }

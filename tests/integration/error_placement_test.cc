@@ -113,53 +113,29 @@ class ErrorPlacementTest : public RcPairTest {
   std::vector<ibv_wc> seen_;
 };
 
-// --- posting before RTS: accepted, run once the QP can -------------------
+// --- posting before RTS: refused as mlx5's driver refuses it -------------
+// (The issue asked for mlx5 to be followed and thought it accepts these; its
+// driver does not: providers/mlx5 allows send SGEs only once RTS was set and
+// receive SGEs from INIT, and rdma-core's tests/utils.py post_sq_state_bad_flow
+// and post_rq_state_bad_flow expect EINVAL.)
 
-TEST_F(ErrorPlacementTest, SendPostedInInitIsAcceptedAndRunsOnceTheQpReachesRts) {
+TEST_F(ErrorPlacementTest, SendBeforeRtsIsRefusedWithEinvalAndReceiveFromInitWaits) {
   ibv_qp* a = CreateRc();
   ibv_qp* b = CreateRc();
   ASSERT_TRUE(a && b);
+  EXPECT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 1, Sge(0, 8), At(4096), mr_->rkey), EINVAL);  // RESET
+  EXPECT_EQ(PostRecv(b, 2, Sge(8192, 64)), EINVAL);                                        // RESET
   ibv_gid gid = Gid(1);
+  ASSERT_EQ(ToInit(a), 0);
   ASSERT_EQ(ToInit(b), 0);
+  EXPECT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 1, Sge(0, 8), At(4096), mr_->rkey), EINVAL);  // INIT
+  ASSERT_EQ(PostRecv(b, 3, Sge(8192, 64)), 0);  // INIT: the receive waits
+  ASSERT_EQ(ToRtr(a, b->qp_num, Av(gid, 1)), 0);
+  EXPECT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 1, Sge(0, 8), At(4096), mr_->rkey), EINVAL);  // RTR
+  ASSERT_EQ(ToRts(a), 0);
   ASSERT_EQ(ToRtr(b, a->qp_num, Av(gid, 1)), 0);
   ASSERT_EQ(ToRts(b), 0);
-  ASSERT_EQ(ToInit(a), 0);
-  std::memset(buf_.data(), 0x5a, 64);
-  // mlx5 takes the WQE in INIT; the NIC starts it only in RTS.
-  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 1, Sge(0, 64), At(4096), mr_->rkey), 0);
   EXPECT_TRUE(Quiet());
-  EXPECT_EQ(buf_[4096], 0);
-  ASSERT_EQ(ToRtr(a, b->qp_num, Av(gid, 1)), 0);
-  EXPECT_TRUE(Quiet());
-  ASSERT_EQ(ToRts(a), 0);
-  ibv_wc wc;
-  ASSERT_TRUE(Completion(a, 1, &wc));
-  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
-  EXPECT_EQ(buf_[4096 + 63], 0x5a);
-}
-
-TEST_F(ErrorPlacementTest, SendPostedInRtrIsFlushedWhenTheQpGoesToError) {
-  ibv_qp* a = CreateRc();
-  ibv_qp* b = CreateRc();
-  ASSERT_TRUE(a && b);
-  ASSERT_EQ(ToInit(a), 0);
-  ASSERT_EQ(ToRtr(a, b->qp_num, Av(Gid(1), 1)), 0);
-  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 2, Sge(0, 8), At(4096), mr_->rkey), 0);
-  EXPECT_TRUE(Quiet());
-  ibv_qp_attr attr{};
-  attr.qp_state = IBV_QPS_ERR;
-  ASSERT_EQ(ibv_modify_qp(a, &attr, IBV_QP_STATE), 0);
-  ibv_wc wc;
-  ASSERT_TRUE(Completion(a, 2, &wc));
-  EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
-}
-
-TEST_F(ErrorPlacementTest, ReceivePostedInResetWaitsForTheQp) {
-  ibv_qp* a = CreateRc();
-  ibv_qp* b = CreateRc();
-  ASSERT_TRUE(a && b);
-  ASSERT_EQ(PostRecv(b, 3, Sge(8192, 64)), 0);
-  ASSERT_NO_FATAL_FAILURE(Connect(a, b));
   std::memset(buf_.data(), 0x33, 64);
   ASSERT_EQ(PostSend(a, IBV_WR_SEND, 4, Sge(0, 64)), 0);
   ibv_wc wc;

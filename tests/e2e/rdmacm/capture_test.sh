@@ -8,7 +8,10 @@
 # service ID with rping's port (7174) and the client's address as its
 # primary local GID; no packet is malformed or draws an expert warning; both
 # sides captured the same CM messages. The CM lines of tshark's summary
-# are printed.
+# are printed. rping's client exits right after rdma_disconnect without
+# waiting for the DISCONNECTED event, and its device lives in its process
+# (not in a kernel that outlives it): a DREP arriving after that exit is in
+# the server's capture only, so the client's may end at its DREQ.
 #   capture_test.sh RDMAEMU LIBRDMACM
 source "$(dirname "$0")/rdmacm_lib.sh"
 need rping tshark ss
@@ -48,6 +51,10 @@ $c $a 4791 100 0x000001 0x00000001 0x0000000080010000 0x02 0x0014
 $c $a 4791 100 0x000001 0x00000001 0x0000000080010000 0x02 0x0015
 $a $c 4791 100 0x000001 0x00000001 0x0000000080010000 0x02 0x0016"
     got=$(tr '\t' ' ' <"$tmp/$name-$side.cm")
+    if [[ $side == client && "$got" == "$(head -4 <<<"$want")" ]]; then
+      echo "   ($name: the client had exited when the DREP came)"
+      got=$want
+    fi
     if [[ "$got" != "$want" ]]; then
       fail "$name: the $side's capture has these CM MADs (src dst udp opcode destqp srcqp qkey classversion attributeid):"
       sed 's/^/    /' <<<"$got"
@@ -57,7 +64,8 @@ $a $c 4791 100 0x000001 0x00000001 0x0000000080010000 0x02 0x0016"
     # Every summary line names its CM message.
     checks=$((checks + 1))
     names=$(ts "$f" -Y "$cm" | sed -nE 's/.* CM: ([A-Za-z]+).*/\1/p' | tr '\n' ' ')
-    [[ "$names" == "ConnectRequest ConnectReply ReadyToUse DisconnectRequest DisconnectReply " ]] ||
+    [[ "$names" == "ConnectRequest ConnectReply ReadyToUse DisconnectRequest DisconnectReply " ||
+       ( $side == client && "$names" == "ConnectRequest ConnectReply ReadyToUse DisconnectRequest " ) ]] ||
       fail "$name: the $side's CM summary lines name '$names'"
     checks=$((checks + 1))
     bad=$(ts "$f" -Y '_ws.malformed || _ws.expert.severity >= warning || ip.checksum.status != 1' | wc -l)
@@ -80,6 +88,7 @@ $a $c 4791 100 0x000001 0x00000001 0x0000000080010000 0x02 0x0016"
     fail "$name: REQ service ID prefix, protocol, port, local GID, remote GID '$req', want '0000000001 0x06 0x1c06 $c $a'"
   checks=$((checks + 1))
   cmp -s "$tmp/$name-client.cm" "$tmp/$name-server.cm" ||
+    cmp -s "$tmp/$name-client.cm" <(head -4 "$tmp/$name-server.cm") ||
     fail "$name: the client's and the server's captures hold different CM MADs"
 done
 

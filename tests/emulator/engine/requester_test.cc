@@ -330,7 +330,7 @@ TEST_F(RequesterTest, LocalProtectionErrorBehindASendCompletesAfterItsAck) {
   ASSERT_NE(qp, nullptr);
   ASSERT_EQ(emu_.PostSend(qp, 1, IBV_WR_SEND, *buf_, 0, 64), 0);
   EXPECT_EQ(NextRequest().psn, 500u);
-  ASSERT_EQ(emu_.PostSend(qp, 2, IBV_WR_RDMA_READ, *buf_, buf_->data.size(), 64, 0x10000, 0x1234),
+  ASSERT_EQ(emu_.PostSend(qp, 2, IBV_WR_RDMA_WRITE, *buf_, buf_->data.size(), 64, 0x10000, 0x1234),
             0);
   EXPECT_TRUE(emu_.PollAll(20ms).empty()) << "completed before the first one's ACK";
   Ack(qp, 500);
@@ -340,6 +340,31 @@ TEST_F(RequesterTest, LocalProtectionErrorBehindASendCompletesAfterItsAck) {
   EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(wcs[1].wr_id, 2u);
   EXPECT_EQ(wcs[1].status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(emu_.State(qp), IBV_QPS_ERR);
+}
+
+// A READ's local buffer is where its response goes: a NIC finds it bad when
+// the response arrives, so the request is sent and the WQE fails then.
+TEST_F(RequesterTest, ReadWithABadLocalBufferIsSentAndFailsWhenItsResponseArrives) {
+  ibv_qp* qp = emu_.ConnectedQp();
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(emu_.PostSend(qp, 3, IBV_WR_RDMA_READ, *buf_, buf_->data.size(), 64, 0x10000, 0x1234), 0);
+  RxPacket rx = NextRequest();
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(rx.opcode, Opcode::RC_RDMA_READ_REQUEST);
+  EXPECT_EQ(rx.psn, 500u);
+  EXPECT_TRUE(emu_.PollAll(20ms).empty()) << "failed before the response";
+  std::vector<uint8_t> remote(64, 0xee);
+  wire::PacketFields f;
+  f.bth.dest_qpn = qp->qp_num;
+  f.aeth.syndrome = wire::AckSyndrome();
+  f.opcode = Opcode::RC_RDMA_READ_RESPONSE_ONLY;
+  f.bth.psn = 500;
+  peer_->Send(f, std::span<const uint8_t>(remote));
+  auto wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->wr_id, 3u);
+  EXPECT_EQ(wc->status, IBV_WC_LOC_PROT_ERR);
   EXPECT_EQ(emu_.State(qp), IBV_QPS_ERR);
 }
 
