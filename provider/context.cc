@@ -15,6 +15,7 @@
 #include "emulator/engine/rss.h"
 #include "emulator/engine/trace.h"
 #include "provider/handles.h"
+#include "provider/check/quarantine.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
 #include "provider/provider.h"
@@ -249,7 +250,7 @@ void FreeContext(verbs_context* vctx) {
   if (ctx->listener_id != 0) ctx->device->RemoveListener(ctx->listener_id);
   CloseHandles(&vctx->context);
   RemoveHandle(&vctx->context);
-  delete ctx;
+  check::Dispose(ctx);
 }
 
 void InstallOps(verbs_context* vctx) {

@@ -6,6 +6,7 @@
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
 #include "provider/handles.h"
+#include "provider/check/quarantine.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
 #include "provider/provider.h"
@@ -242,9 +243,11 @@ int DetachCq(ibv_cq* ibv) {
   return 0;
 }
 
+bool CqArmed(ibv_cq* ibv) { return ToCq(ibv)->cq->armed(); }
+
 void FreeCq(ibv_cq* ibv) {
   RemoveHandle(ibv);
-  delete ToCq(ibv);
+  check::Dispose(ToCq(ibv));
 }
 
 }  // namespace rdmaemu::provider

@@ -9,6 +9,9 @@
 
 #include <infiniband/verbs.h>
 
+#include <string>
+#include <vector>
+
 namespace rdmaemu::provider {
 
 enum class Kind { kContext, kPd, kMr, kCq, kCompChannel, kQp, kSrq, kAh, kWq, kRwqIndTable };
@@ -31,6 +34,16 @@ void CloseHandles(ibv_context* context);
 // which that wait needs; RemoveHandle at the second.
 void RetireHandle(const void* object);
 bool AckableHandle(const void* object, Kind kind, const char* verb);
+
+// "qp#17", "cq#3", "mr lkey 0x201": how reports name a live object.
+std::string HandleName(const void* object, Kind kind);
+
+// True if `object` is being destroyed (between RetireHandle and
+// RemoveHandle); says nothing in the log.
+bool Retired(const void* object);
+
+// Every live (not retired) object of `kind` (the checker's scans at exit).
+std::vector<const void*> LiveHandles(Kind kind);
 
 // The context of the live `kind` at `object`; NULL, with a line naming
 // `verb` and the object (`what`, e.g. "send_cq"; the kind's name if NULL),

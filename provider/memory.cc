@@ -4,6 +4,7 @@
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
 #include "provider/handles.h"
+#include "provider/check/quarantine.h"
 #include "provider/objects.h"
 #include "provider/provider.h"
 
@@ -58,7 +59,7 @@ int DeallocPd(ibv_pd* ibv) {
     return EBUSY;
   }
   RemoveHandle(ibv);
-  delete ToPd(ibv);
+  check::Dispose(ToPd(ibv));
   g_live_pds.fetch_sub(1);
   return 0;
 }
@@ -142,7 +143,7 @@ int DeregMr(ibv_mr* ibv) {
   }
   --ToPd(ibv->pd)->users;
   RemoveHandle(ibv);
-  delete mr;
+  check::Dispose(mr);
   return 0;
 }
 

@@ -90,6 +90,8 @@ int ResizeCq(ibv_cq* cq, int cqe);
 // acknowledgements in between: Detach stops every new completion and event
 // for the CQ (or fails with EBUSY while it is in use); Free releases it.
 int DetachCq(ibv_cq* cq);
+// Armed by ibv_req_notify_cq and not yet fired (the checker's unarmed-wait).
+bool CqArmed(ibv_cq* cq);
 void FreeCq(ibv_cq* cq);
 
 // QPs: created from the exported ibv_create_qp and the create_qp_ex slot

@@ -13,6 +13,7 @@
 #include "emulator/net/udp_socket.h"
 #include "emulator/objects/qp_state.h"
 #include "provider/handles.h"
+#include "provider/check/quarantine.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
 #include "provider/provider.h"
@@ -753,7 +754,7 @@ void FreeQp(ibv_qp* ibv) {
   }
   pthread_mutex_destroy(&ibv->mutex);
   pthread_cond_destroy(&ibv->cond);
-  delete ToQp(ibv);
+  check::Dispose(ToQp(ibv));
 }
 
 Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr) {
@@ -857,7 +858,7 @@ int DetachMcast(ibv_qp* ibv, const ibv_gid& gid, uint16_t lid) {
 int DestroyAh(ibv_ah* ah) {
   RemoveHandle(ah);
   --ToPd(ah->pd)->users;
-  delete ToAh(ah);
+  check::Dispose(ToAh(ah));
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #include "emulator/device/attributes.h"
 #include "emulator/engine/trace.h"
 #include "provider/handles.h"
+#include "provider/check/quarantine.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
 #include "provider/provider.h"
@@ -121,7 +122,7 @@ void FreeSrq(ibv_srq* ibv) {
   --ToPd(ibv->pd)->users;
   pthread_mutex_destroy(&ibv->mutex);
   pthread_cond_destroy(&ibv->cond);
-  delete ToSrq(ibv);
+  check::Dispose(ToSrq(ibv));
 }
 
 }  // namespace rdmaemu::provider

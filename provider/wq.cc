@@ -6,6 +6,7 @@
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
 #include "provider/handles.h"
+#include "provider/check/quarantine.h"
 #include "provider/objects.h"
 #include "provider/provider.h"
 
@@ -209,7 +210,7 @@ void FreeWq(ibv_wq* ibv) {
   --ToCq(ibv->cq)->users;
   pthread_mutex_destroy(&ibv->mutex);
   pthread_cond_destroy(&ibv->cond);
-  delete ToWq(ibv);
+  check::Dispose(ToWq(ibv));
 }
 
 Result<ibv_rwq_ind_table*> CreateRwqIndTable(ibv_context* context,
@@ -267,7 +268,7 @@ int DestroyRwqIndTable(ibv_rwq_ind_table* ibv) {
   RemoveHandle(ibv);
   for (Wq* w : t->entries) --w->users;
   --ToContext(ibv->context)->rwq_ind_tables;
-  delete t;
+  check::Dispose(t);
   return 0;
 }
 

@@ -103,6 +103,11 @@ size_t Cq::RemoveQp(uint32_t qp_num) {
   return removed;
 }
 
+bool Cq::armed() const {
+  std::lock_guard lock(mu_);
+  return arm_ != ArmState::kDisarmed;
+}
+
 bool Cq::overrun() const {
   std::lock_guard lock(mu_);
   return overrun_;

@@ -84,6 +84,8 @@ class Cq {
   size_t RemoveQp(uint32_t qp_num);
 
   bool overrun() const;
+  // Armed and not yet fired (the checker's unarmed-wait asks).
+  bool armed() const;
   // True exactly once, for the first Push that found the CQ full: the caller
   // raises CQ_ERR then.
   bool TakeOverrunNotice();

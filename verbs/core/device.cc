@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "emulator/base/log.h"
+#include "provider/check/check.h"
+#include "provider/check/ops.h"
 #include "provider/provider.h"
 #include "verbs/core/library.h"
 
@@ -187,6 +189,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
 
   InstallDummyOps(vctx);
   provider::InstallOps(vctx);
+  if (check::On()) check::WrapOps(vctx);
   // The library's own entry points in the slots rdma-core fills itself.
   ctx.ops._compat_query_device = CompatQueryDevice;
   ctx.ops._compat_query_port = ibv_query_port;

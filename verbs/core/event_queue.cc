@@ -103,6 +103,12 @@ uint32_t EventQueue::Discard(const void* object) {
   return reported;
 }
 
+uint32_t EventQueue::Reported(const void* object) const {
+  std::lock_guard lock(mu_);
+  auto it = reported_.find(object);
+  return it == reported_.end() ? 0 : it->second;
+}
+
 size_t EventQueue::size() const {
   std::lock_guard lock(mu_);
   return queue_.size();

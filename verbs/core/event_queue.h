@@ -55,6 +55,9 @@ class EventQueue {
 
   size_t size() const;
 
+  // How many events of `object` the application has taken so far.
+  uint32_t Reported(const void* object) const;
+
  private:
   struct Entry {
     ibv_async_event event;

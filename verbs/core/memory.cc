@@ -2,6 +2,8 @@
 #include <cerrno>
 #include <cstdint>
 
+#include "provider/check/check.h"
+#include "provider/check/sends.h"
 #include "provider/provider.h"
 #include "verbs/core/library.h"
 
@@ -73,6 +75,7 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
 
 int ibv_dereg_mr(ibv_mr* mr) {
   if (!LiveHandle(mr, Kind::kMr, "ibv_dereg_mr")) return FailInt(kNoSuchObjectToDestroy);
+  if (check::On()) check::Deregistering(mr);
   int rc = provider::DeregMr(mr);
   return rc == 0 ? 0 : FailInt(rc);
 }

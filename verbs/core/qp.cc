@@ -1,14 +1,20 @@
 // Queue pairs and address handles.
 #include <cerrno>
 
+#include "provider/check/check.h"
+#include "provider/check/ops.h"
 #include "provider/provider.h"
 #include "verbs/core/library.h"
 
 namespace rdmaemu::verbs {
 
 ibv_qp* LibCreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  // The checker judges what the program asked for, not what the device
+  // rounded it up to.
+  const ibv_qp_init_attr_ex requested = *attr;
   auto qp = provider::CreateQp(context, attr);
   if (!qp.ok()) return FailWith<ibv_qp>(qp.status().code());
+  if (check::On()) check::QpCreated(*qp, requested, attr->cap.max_send_wr);
   return *qp;
 }
 
@@ -54,6 +60,7 @@ int ibv_destroy_qp(ibv_qp* qp) {
   if (int rc = provider::DetachQp(qp); rc != 0) return FailInt(rc);
   unsigned reported = Private(qp->context)->async_events.Discard(qp);
   WaitForAcks(&qp->mutex, &qp->cond, &qp->events_completed, reported, nullptr, 0, "qp", qp);
+  if (check::On()) check::QpDestroyed(qp);
   provider::FreeQp(qp);
   return 0;
 }

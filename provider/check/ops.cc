@@ -1,0 +1,96 @@
+// The checker's op wrappers (ops.h).
+#include "provider/check/ops.h"
+
+#include <cerrno>
+
+#include "provider/check/check.h"
+#include "provider/check/cq_budget.h"
+#include "provider/check/sends.h"
+#include "provider/handles.h"
+
+namespace rdmaemu::check {
+namespace {
+
+using provider::Kind;
+using provider::LiveHandle;
+
+// The provider's ops, the same for every context (one driver).
+int (*g_post_send)(ibv_qp*, ibv_send_wr*, ibv_send_wr**) = nullptr;
+int (*g_post_recv)(ibv_qp*, ibv_recv_wr*, ibv_recv_wr**) = nullptr;
+int (*g_post_srq_recv)(ibv_srq*, ibv_recv_wr*, ibv_recv_wr**) = nullptr;
+int (*g_poll_cq)(ibv_cq*, int, ibv_wc*) = nullptr;
+
+int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  if (LiveHandle(qp, Kind::kQp, "ibv_post_send") == nullptr) {
+    *bad_wr = wr;
+    return EINVAL;
+  }
+  Stack where = CaptureStack();
+  PostedSums* sums = SumSends(wr);
+  *bad_wr = nullptr;
+  int rc = 0;
+  if (!HasRoom(qp)) {
+    rc = ENOMEM;
+    *bad_wr = wr;
+  } else {
+    rc = g_post_send(qp, wr, bad_wr);
+  }
+  AfterPostSend(qp, wr, rc, *bad_wr, sums, where);
+  return rc;
+}
+
+int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  if (LiveHandle(qp, Kind::kQp, "ibv_post_recv") == nullptr) {
+    *bad_wr = wr;
+    return EINVAL;
+  }
+  return g_post_recv(qp, wr, bad_wr);
+}
+
+int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  if (LiveHandle(srq, Kind::kSrq, "ibv_post_srq_recv") == nullptr) {
+    *bad_wr = wr;
+    return EINVAL;
+  }
+  return g_post_srq_recv(srq, wr, bad_wr);
+}
+
+int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
+  // A NIC's poll reads a freed ring: -1 is what libmlx5 returns for a bad CQ.
+  if (LiveHandle(cq, Kind::kCq, "ibv_poll_cq") == nullptr) return -1;
+  int n = g_poll_cq(cq, num_entries, wc);
+  for (int i = 0; i < n; ++i) {
+    // Receive opcodes have IBV_WC_RECV's bit; a flushed receive says
+    // nothing of the send queue either way.
+    if (!(wc[i].opcode & IBV_WC_RECV) || wc[i].status != IBV_WC_SUCCESS) {
+      SendCompleted(cq->context, wc[i]);
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
+void WrapOps(verbs_context* vctx) {
+  ibv_context_ops& ops = vctx->context.ops;
+  g_post_send = ops.post_send;
+  g_post_recv = ops.post_recv;
+  g_post_srq_recv = ops.post_srq_recv;
+  g_poll_cq = ops.poll_cq;
+  ops.post_send = PostSend;
+  ops.post_recv = PostRecv;
+  ops.post_srq_recv = PostSrqRecv;
+  ops.poll_cq = PollCq;
+}
+
+void QpCreated(ibv_qp* qp, const ibv_qp_init_attr_ex& requested, uint32_t max_send_wr) {
+  TrackQp(qp, requested.sq_sig_all != 0, max_send_wr);
+  CqBudgetQpCreated(qp, requested);
+}
+
+void QpDestroyed(ibv_qp* qp) {
+  ForgetQp(qp);
+  CqBudgetQpDestroyed(qp);
+}
+
+}  // namespace rdmaemu::check

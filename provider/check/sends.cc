@@ -1,0 +1,233 @@
+// Outstanding send WRs per QP (sends.h).
+#include "provider/check/sends.h"
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "provider/check/check.h"
+
+namespace rdmaemu::check {
+namespace {
+
+struct Sge {
+  uint64_t addr;
+  uint32_t length;
+  uint32_t lkey;
+};
+
+struct Posted {
+  uint64_t wr_id;
+  ibv_wr_opcode opcode;
+  bool signaled;
+  bool summed;        // SEND or RDMA WRITE from registered memory
+  uint64_t sum = 0;   // of the SGEs' bytes, in order
+  std::vector<Sge> sges;
+  std::shared_ptr<const Stack> posted;  // one per ibv_post_send call
+};
+
+struct SendQueue {
+  bool sq_sig_all;
+  uint32_t max_send_wr;
+  std::deque<Posted> outstanding;
+};
+
+std::mutex g_mu;
+// Keyed by context and QP number, as a CQE names its QP; never freed (used at exit).
+auto& g_queues = *new std::map<std::pair<const ibv_context*, uint32_t>, SendQueue>();  // g_mu
+
+// The device reads these WRs' local memory for the wire; a RDMA READ or an
+// atomic writes it, and inline data was copied at the post.
+bool ReadsLocalMemory(const ibv_send_wr& wr) {
+  if (wr.send_flags & IBV_SEND_INLINE) return false;
+  switch (wr.opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return true;
+    default:
+      return false;
+  }
+}
+
+uint64_t Sum(const std::vector<Sge>& sges) {
+  uint64_t sum = 0;
+  for (const Sge& s : sges) {
+    std::string_view bytes(reinterpret_cast<const char*>(s.addr), s.length);
+    sum = sum * 1099511628211ULL ^ std::hash<std::string_view>{}(bytes);
+  }
+  return sum;
+}
+
+const char* OpcodeName(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_SEND: return "SEND";
+    case IBV_WR_SEND_WITH_IMM: return "SEND with immediate";
+    case IBV_WR_SEND_WITH_INV: return "SEND with invalidate";
+    case IBV_WR_RDMA_WRITE: return "RDMA WRITE";
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return "RDMA WRITE with immediate";
+    case IBV_WR_RDMA_READ: return "RDMA READ";
+    case IBV_WR_ATOMIC_CMP_AND_SWP: return "compare-and-swap";
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: return "fetch-and-add";
+    default: return "WR";
+  }
+}
+
+std::string Describe(const Posted& p) {
+  std::string sges;
+  for (const Sge& s : p.sges) {
+    sges += fmt::format("{}{} bytes at {:#x} (mr lkey {:#x})", sges.empty() ? "" : ", ", s.length,
+                        s.addr, s.lkey);
+  }
+  return fmt::format("wr_id {} ({}{}{})", p.wr_id, OpcodeName(p.opcode), sges.empty() ? "" : ", ",
+                     sges);
+}
+
+}  // namespace
+
+struct PostedSums {
+  std::vector<std::pair<bool, uint64_t>> sums;  // summed?, sum
+};
+
+void TrackQp(const ibv_qp* qp, bool sq_sig_all, uint32_t max_send_wr) {
+  std::lock_guard lock(g_mu);
+  g_queues[{qp->context, qp->qp_num}] = SendQueue{sq_sig_all, max_send_wr, {}};
+}
+
+void ForgetQp(const ibv_qp* qp) {
+  std::lock_guard lock(g_mu);
+  g_queues.erase({qp->context, qp->qp_num});
+}
+
+PostedSums* SumSends(const ibv_send_wr* wr) {
+  auto* sums = new PostedSums();
+  for (; wr != nullptr; wr = wr->next) {
+    if (!ReadsLocalMemory(*wr) || wr->num_sge <= 0) {
+      sums->sums.emplace_back(false, 0);
+      continue;
+    }
+    std::vector<Sge> sges;
+    for (int i = 0; i < wr->num_sge; ++i) {
+      sges.push_back({wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey});
+    }
+    sums->sums.emplace_back(true, Sum(sges));
+  }
+  return sums;
+}
+
+bool HasRoom(const ibv_qp* qp) {
+  std::lock_guard lock(g_mu);
+  auto it = g_queues.find({qp->context, qp->qp_num});
+  return it == g_queues.end() || it->second.outstanding.size() < it->second.max_send_wr;
+}
+
+void AfterPostSend(const ibv_qp* qp, const ibv_send_wr* wr, int rc, const ibv_send_wr* bad_wr,
+                   PostedSums* sums, const Stack& where) {
+  std::unique_ptr<PostedSums> owned(sums);
+  auto stack = std::make_shared<const Stack>(where);
+  std::unique_lock lock(g_mu);
+  auto it = g_queues.find({qp->context, qp->qp_num});
+  if (it == g_queues.end()) return;
+  SendQueue& q = it->second;
+  size_t i = 0;
+  for (; wr != nullptr && !(rc != 0 && wr == bad_wr); wr = wr->next, ++i) {
+    Posted p{wr->wr_id, wr->opcode, q.sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED) != 0,
+             false, 0, {}, stack};
+    for (int s = 0; s < wr->num_sge; ++s) {
+      p.sges.push_back({wr->sg_list[s].addr, wr->sg_list[s].length, wr->sg_list[s].lkey});
+    }
+    if (i < sums->sums.size()) std::tie(p.summed, p.sum) = sums->sums[i];
+    q.outstanding.push_back(std::move(p));
+  }
+  if (rc != ENOMEM || q.outstanding.empty()) return;
+  for (const Posted& p : q.outstanding) {
+    if (p.signaled) return;  // its completion will retire the rest: only full for now
+  }
+  size_t n = q.outstanding.size();
+  uint32_t qpn = qp->qp_num, max = q.max_send_wr;
+  Stack first = *q.outstanding.front().posted;
+  lock.unlock();
+  Report(Kind::kUnsignaledSqFull,
+         fmt::format("ibv_post_send on qp#{} failed with ENOMEM: its send queue (max_send_wr {}) "
+                     "holds {} WRs and none is signaled, so no completion will ever retire them "
+                     "(a NIC frees send queue slots only when it writes a completion); post with "
+                     "IBV_SEND_SIGNALED every so often (e.g. every max_send_wr/2 WRs) and poll it",
+                     qpn, max, n),
+         where, {{"the oldest outstanding unsignaled WR was posted here", first}});
+}
+
+void SendCompleted(const ibv_context* context, const ibv_wc& wc) {
+  struct Changed {
+    Posted posted;
+  };
+  std::vector<Changed> changed;
+  {
+    std::lock_guard lock(g_mu);
+    auto it = g_queues.find({context, wc.qp_num});
+    if (it == g_queues.end()) return;
+    auto& out = it->second.outstanding;
+    // A success names its signaled WR, and a send queue completes in order,
+    // so it retires every unsignaled WR before it; an error completion (a
+    // flush) comes for each WR, signaled or not.
+    bool ok = wc.status == IBV_WC_SUCCESS;
+    size_t end = 0;
+    for (; end < out.size(); ++end) {
+      if (out[end].wr_id == wc.wr_id && (out[end].signaled || !ok)) break;
+    }
+    if (end == out.size()) return;  // not one this checker saw posted
+    for (size_t i = 0; i <= end; ++i) {
+      if (ok && out[i].summed && Sum(out[i].sges) != out[i].sum) changed.push_back({out[i]});
+    }
+    out.erase(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(end + 1));
+  }
+  for (const Changed& c : changed) {
+    Report(Kind::kSendBufferChanged,
+           fmt::format("qp#{} {}: its local memory changed between ibv_post_send and the "
+                       "completion that retired it; a NIC reads the buffer while it sends (and "
+                       "again for a retransmission), so the peer may have received the old bytes, "
+                       "the new ones or a mix: leave a send buffer alone until its completion is "
+                       "polled",
+                       wc.qp_num, Describe(c.posted)),
+           CaptureStack(), {{"the WR was posted here", *c.posted.posted}});
+  }
+}
+
+void Deregistering(const ibv_mr* mr) {
+  std::vector<std::pair<uint32_t, Posted>> users;
+  {
+    std::lock_guard lock(g_mu);
+    for (const auto& [key, q] : g_queues) {
+      if (key.first != mr->context) continue;
+      for (const Posted& p : q.outstanding) {
+        for (const Sge& s : p.sges) {
+          if (s.lkey == mr->lkey) {
+            users.emplace_back(key.second, p);
+            break;
+          }
+        }
+        if (!users.empty()) break;
+      }
+      if (!users.empty()) break;
+    }
+  }
+  if (users.empty()) return;
+  const auto& [qpn, p] = users.front();
+  Report(Kind::kDeregInFlight,
+         fmt::format("ibv_dereg_mr of mr lkey {:#x} ({} bytes at {}) while qp#{} {} still uses "
+                     "it, posted and not yet completed: the WR will fail with a local protection "
+                     "error, or on a NIC read or write memory that is no longer registered; wait "
+                     "for its completion before deregistering",
+                     mr->lkey, mr->length, mr->addr, qpn, Describe(p)),
+         CaptureStack(), {{"the WR was posted here", *p.posted}});
+}
+
+}  // namespace rdmaemu::check
