@@ -56,6 +56,8 @@ ParsedArgs ParseArgs(std::span<const std::string> args, std::span<const OptionSp
     std::string value;
     if (inline_value) {
       value = std::string(*inline_value);
+    } else if (!spec->implicit.empty()) {
+      value = std::string(spec->implicit);
     } else if (i + 1 < args.size()) {
       value = args[++i];
     } else {
@@ -73,6 +75,7 @@ namespace {
 constexpr std::array<std::string_view, 6> kLevels = {"off", "error", "warn", "info", "debug",
                                                      "trace"};
 constexpr std::array<std::string_view, 3> kEngines = {"auto", "uring", "epoll"};
+constexpr std::array<std::string_view, 3> kCheckModes = {"off", "warn", "error"};
 
 template <size_t N>
 bool OneOf(std::string_view v, const std::array<std::string_view, N>& set) {
@@ -89,6 +92,11 @@ std::string CheckLogLevel(std::string_view value) {
 std::string CheckEngine(std::string_view value) {
   if (OneOf(value, kEngines)) return {};
   return fmt::format("--engine: '{}' is not an engine (auto, uring, epoll)", value);
+}
+
+std::string CheckCheckMode(std::string_view value) {
+  if (OneOf(value, kCheckModes)) return {};
+  return fmt::format("--check: '{}' is not a mode (warn, error, off)", value);
 }
 
 std::string CheckAddress(std::string_view value) {
@@ -128,13 +136,25 @@ const std::vector<OptionSpec> kEnvironmentOptions = {
     {"lib", "DIR", "directory holding the built libibverbs.so.1  [RDMAEMU_LIB]"},
 };
 
+const std::vector<OptionSpec> kRunOptions = [] {
+  std::vector<OptionSpec> options = kEnvironmentOptions;
+  options.push_back({"check", "MODE",
+                     "verbs checker (docs/check.md): warn (bare --check) reports the program's "
+                     "mistakes, error also exits 86  [RDMAEMU_CHECK]",
+                     "warn"});
+  options.push_back({"check-report", "FILE",
+                     "also write the checker's reports to FILE as JSON lines  [RDMAEMU_CHECK_REPORT]"});
+  return options;
+}();
+
 std::string CheckEnvironmentOptions(const ParsedArgs& args) {
   struct Check {
     std::string_view name;
     std::string (*fn)(std::string_view);
   };
-  static constexpr std::array<Check, 5> kChecks = {{
+  static constexpr std::array<Check, 6> kChecks = {{
       {"log", CheckLogLevel},
+      {"check", CheckCheckMode},
       {"config", CheckConfigFile},
       {"address", CheckAddress},
       {"udp-port", CheckUdpPort},
@@ -168,12 +188,15 @@ void ExportEnvironment(const ParsedArgs& args) {
   // So that an `rdmaemu` the program runs in turn (a test script's) finds
   // the same library.
   set("lib", "RDMAEMU_LIB", true);
+  set("check", "RDMAEMU_CHECK");
+  set("check-report", "RDMAEMU_CHECK_REPORT", true);
 }
 
 std::string FormatOptions(std::span<const OptionSpec> specs) {
   std::string out;
   for (const auto& s : specs) {
-    std::string left = fmt::format("--{} {}", s.name, s.metavar);
+    std::string left = s.implicit.empty() ? fmt::format("--{} {}", s.name, s.metavar)
+                                          : fmt::format("--{}[={}]", s.name, s.metavar);
     out += fmt::format("  {:<20} {}\n", left, s.help);
   }
   out += fmt::format("  {:<20} {}\n", "-h, --help", "show this help and exit");

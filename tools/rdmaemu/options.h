@@ -24,6 +24,9 @@ struct OptionSpec {
   std::string_view name;     // without the leading "--"
   std::string_view metavar;  // every option takes one value
   std::string_view help;
+  // Non-empty: the value is optional, given only as --name=VALUE, and bare
+  // --name means this one (--check is --check=warn).
+  std::string_view implicit = {};
 };
 
 struct ParsedArgs {
@@ -48,17 +51,22 @@ std::string CheckEngine(std::string_view value);
 std::string CheckAddress(std::string_view value);
 std::string CheckUdpPort(std::string_view value);
 std::string CheckConfigFile(std::string_view value);
+std::string CheckCheckMode(std::string_view value);
 
 // The options `run` and `devices` share, and the environment they set.
 extern const std::vector<OptionSpec> kEnvironmentOptions;
 
-// Checks every option of kEnvironmentOptions present in `args`; returns the
+// kEnvironmentOptions and the verbs checker's, which only `run` has.
+extern const std::vector<OptionSpec> kRunOptions;
+
+// Checks every option of kRunOptions present in `args`; returns the
 // first problem, or an empty string.
 std::string CheckEnvironmentOptions(const ParsedArgs& args);
 
 // Sets RDMAEMU_LOG / RDMAEMU_CONFIG (made absolute) / RDMAEMU_ADDRESS /
-// RDMAEMU_UDP_PORT / RDMAEMU_ENGINE / RDMAEMU_LIB (made absolute) in this
-// process's environment from the options given. Options not given leave the inherited variables alone.
+// RDMAEMU_UDP_PORT / RDMAEMU_ENGINE / RDMAEMU_LIB (made absolute) /
+// RDMAEMU_CHECK / RDMAEMU_CHECK_REPORT (made absolute) in this process's
+// environment from the options given. Options not given leave the inherited variables alone.
 void ExportEnvironment(const ParsedArgs& args);
 
 // Formats the option list for help texts, one option a line.

@@ -29,18 +29,19 @@ std::string RunHelp() {
          "libibverbs.so.1, so programs that use the CM load it from there too.\n"
          "\n"
          "Options (each sets the variable in brackets for PROGRAM):\n" +
-         FormatOptions(kEnvironmentOptions) +
+         FormatOptions(kRunOptions) +
          "\n"
          "The library is taken from --lib, else RDMAEMU_LIB, else the tool's Bazel\n"
          "runfiles, else bazel-bin/verbs/ next to the tool's own bazel-bin.\n"
          "\n"
          "Examples:\n"
          "  rdmaemu run -- ibv_devinfo -v\n"
-         "  rdmaemu run --log debug --config devices.conf -- ./my_prog --size 4096\n";
+         "  rdmaemu run --log debug --config devices.conf -- ./my_prog --size 4096\n"
+         "  rdmaemu run --check=error --check-report checks.json -- ./my_tests\n";
 }
 
 int RunMain(std::span<const std::string> args, const char* argv0) {
-  ParsedArgs parsed = ParseArgs(args, kEnvironmentOptions);
+  ParsedArgs parsed = ParseArgs(args, kRunOptions);
   if (!parsed.error.empty()) return UsageError("run", parsed.error);
   if (parsed.help) {
     std::fputs(RunHelp().c_str(), stdout);
