@@ -1,0 +1,11 @@
+/* Mistake: two QPs of 16 send and 16 receive WRs each completing into a CQ
+ * of 8 entries: it overruns as soon as the program falls behind polling. */
+#include "common.h"
+
+int main(void) {
+  struct pair p;
+  open_pair(&p, 8, 0);
+  connect_pair(&p, 16, 16);
+  close_pair(&p);
+  return 0;
+}
