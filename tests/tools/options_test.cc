@@ -29,6 +29,25 @@ TEST(ParseArgs, SeparateAndInlineValues) {
   EXPECT_FALSE(p.help);
 }
 
+// --check's value is optional: bare, it is warn and the next word is an
+// operand; a value comes only with '='. run has it, devices does not.
+TEST(ParseArgs, CheckTakesItsValueOnlyInline) {
+  ParsedArgs bare = ParseArgs(std::vector<std::string>{"--check", "prog"}, kRunOptions);
+  EXPECT_EQ(bare.error, "");
+  EXPECT_EQ(bare.Get("check"), "warn");
+  ASSERT_EQ(bare.operands.size(), 1u);
+  EXPECT_EQ(bare.operands[0], "prog");
+  ParsedArgs error = ParseArgs(std::vector<std::string>{"--check=error", "--check-report", "r.json", "prog"},
+                               kRunOptions);
+  EXPECT_EQ(error.Get("check"), "error");
+  EXPECT_EQ(error.Get("check-report"), "r.json");
+  EXPECT_EQ(CheckEnvironmentOptions(error), "");
+  ParsedArgs bad = ParseArgs(std::vector<std::string>{"--check=loud", "prog"}, kRunOptions);
+  EXPECT_NE(CheckEnvironmentOptions(bad), "");
+  EXPECT_NE(Parse({"--check", "prog"}).error, "");
+  EXPECT_NE(FormatOptions(kRunOptions).find("--check[=MODE]"), std::string::npos);
+}
+
 TEST(ParseArgs, OperandsStartAtFirstNonOption) {
   ParsedArgs p = Parse({"--log", "info", "prog", "--help"});
   ASSERT_EQ(p.error, "");
