@@ -7,6 +7,7 @@
 #include "emulator/device/attributes.h"
 #include "provider/handles.h"
 #include "provider/check/quarantine.h"
+#include "provider/object_slot.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
 #include "provider/provider.h"
@@ -172,6 +173,8 @@ Result<ibv_cq_ex*> CreateCq(ibv_context* context, const ibv_cq_init_attr_ex& att
     return NotSupported("flags");
   }
   if (attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) return NotSupported("parent domains");
+  ObjectSlot slot(*ToContext(context)->device, ObjectSlot::Limited::kCq, "ibv_create_cq");
+  if (!slot.ok()) return NoMemory("max_cq");
 
   auto* cq = new Cq{};
   ibv_cq* base = reinterpret_cast<ibv_cq*>(&cq->ibv);
@@ -211,6 +214,7 @@ Result<ibv_cq_ex*> CreateCq(ibv_context* context, const ibv_cq_init_attr_ex& att
   }
   cq->number = *number;
   AddHandle(base, Kind::kCq, context);
+  slot.Keep();
   return &cq->ibv;
 }
 
@@ -247,6 +251,7 @@ bool CqArmed(ibv_cq* ibv) { return ToCq(ibv)->cq->armed(); }
 
 void FreeCq(ibv_cq* ibv) {
   RemoveHandle(ibv);
+  ToContext(ibv->context)->device->ReturnObject(device::Device::Limited::kCq);
   check::Dispose(ToCq(ibv));
 }
 

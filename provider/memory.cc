@@ -5,6 +5,7 @@
 #include "emulator/device/attributes.h"
 #include "provider/handles.h"
 #include "provider/check/quarantine.h"
+#include "provider/object_slot.h"
 #include "provider/objects.h"
 #include "provider/provider.h"
 
@@ -12,7 +13,6 @@ namespace rdmaemu::provider {
 namespace {
 
 std::atomic<uint32_t> g_next_pd_handle{1};
-std::atomic<int> g_live_pds{0};
 
 constexpr unsigned kIbvKnownAccess =
     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
@@ -40,10 +40,9 @@ Context* ContextOf(ibv_pd* pd) { return ToContext(pd->context); }
 
 Result<ibv_pd*> AllocPd(ibv_context* context) {
   if (Status dead = DeadDevice(context, "ibv_alloc_pd"); !dead.ok()) return dead;
-  if (g_live_pds.fetch_add(1) >= device::kMaxPd) {
-    g_live_pds.fetch_sub(1);
-    return NoMemory("all protection domains are in use");
-  }
+  ObjectSlot slot(*ToContext(context)->device, ObjectSlot::Limited::kPd, "ibv_alloc_pd");
+  if (!slot.ok()) return NoMemory("max_pd");
+  slot.Keep();
   auto* pd = new Pd{};
   pd->ibv.context = context;
   pd->handle = g_next_pd_handle.fetch_add(1);
@@ -59,8 +58,8 @@ int DeallocPd(ibv_pd* ibv) {
     return EBUSY;
   }
   RemoveHandle(ibv);
+  ToContext(ibv->context)->device->ReturnObject(device::Device::Limited::kPd);
   check::Dispose(ToPd(ibv));
-  g_live_pds.fetch_sub(1);
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include "emulator/objects/qp_state.h"
 #include "provider/handles.h"
 #include "provider/check/quarantine.h"
+#include "provider/object_slot.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
 #include "provider/provider.h"
@@ -463,6 +464,8 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   if (qp_ex) {
     if (Status s = CheckSendOpsFlags(attr->qp_type, attr->send_ops_flags); !s.ok()) return s;
   }
+  ObjectSlot slot(*ctx->device, ObjectSlot::Limited::kQp, "ibv_create_qp");
+  if (!slot.ok()) return NoMemory("max_qp");
   if (attr->send_cq == nullptr || (!rss && attr->recv_cq == nullptr)) {
     Log().warn("ibv_create_qp: send_cq and recv_cq are required (recv_cq is not used by a QP "
                "with an indirection table: its WQs have their own CQs)");
@@ -535,6 +538,7 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   if (!listed.ok()) Log().error("ibv_create_qp qp#{}: {}", *qpn, listed.status().message());
   AddHandle(&q, Kind::kQp, context);
   Log().debug("{} qp#{}: created {} QP", ctx->device->name(), *qpn, objects::ToString(qp->type));
+  slot.Keep();
   return &q;
 }
 
@@ -744,6 +748,7 @@ int DetachQp(ibv_qp* ibv) {
 
 void FreeQp(ibv_qp* ibv) {
   RemoveHandle(ibv);
+  ToContext(ibv->context)->device->ReturnObject(device::Device::Limited::kQp);
   --ToPd(ibv->pd)->users;
   if (ibv->srq != nullptr) --ToSrq(ibv->srq)->users;
   --ToCq(ibv->send_cq)->users;
@@ -784,6 +789,9 @@ Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr) {
                "device reaches IPv4 hosts only");
     return InvalidArgument("dgid");
   }
+  ObjectSlot slot(*ToContext(pd->context)->device, ObjectSlot::Limited::kAh, "ibv_create_ah");
+  if (!slot.ok()) return NoMemory("max_ah");
+  slot.Keep();
   auto* ah = new Ah{};
   ++ToPd(pd)->users;
   ah->ibv.context = pd->context;
@@ -857,6 +865,7 @@ int DetachMcast(ibv_qp* ibv, const ibv_gid& gid, uint16_t lid) {
 
 int DestroyAh(ibv_ah* ah) {
   RemoveHandle(ah);
+  ToContext(ah->context)->device->ReturnObject(device::Device::Limited::kAh);
   --ToPd(ah->pd)->users;
   check::Dispose(ToAh(ah));
   return 0;

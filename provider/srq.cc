@@ -4,6 +4,7 @@
 #include "emulator/engine/trace.h"
 #include "provider/handles.h"
 #include "provider/check/quarantine.h"
+#include "provider/object_slot.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
 #include "provider/provider.h"
@@ -47,6 +48,8 @@ Result<ibv_srq*> CreateSrq(ibv_pd* pd, ibv_srq_init_attr* attr) {
                a.max_sge, device::kMaxSrqWr, device::kMaxSrqSge);
     return InvalidArgument("srq attributes");
   }
+  ObjectSlot slot(*ToContext(pd->context)->device, ObjectSlot::Limited::kSrq, "ibv_create_srq");
+  if (!slot.ok()) return NoMemory("max_srq");
   auto* srq = new Srq{};
   srq->ibv.context = pd->context;
   srq->ibv.srq_context = attr->srq_context;
@@ -68,6 +71,7 @@ Result<ibv_srq*> CreateSrq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   srq->number = *number;
   ++ToPd(pd)->users;
   AddHandle(&srq->ibv, Kind::kSrq, pd->context);
+  slot.Keep();
   return &srq->ibv;
 }
 
@@ -119,6 +123,7 @@ int DetachSrq(ibv_srq* ibv) {
 
 void FreeSrq(ibv_srq* ibv) {
   RemoveHandle(ibv);
+  ToContext(ibv->context)->device->ReturnObject(device::Device::Limited::kSrq);
   --ToPd(ibv->pd)->users;
   pthread_mutex_destroy(&ibv->mutex);
   pthread_cond_destroy(&ibv->cond);

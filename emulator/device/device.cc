@@ -155,6 +155,37 @@ Result<net::UdpSocket> Device::TakeSocket(int port) {
   return out;
 }
 
+int Device::LimitOf(Limited kind) {
+  switch (kind) {
+    case Limited::kPd: return kMaxPd;
+    case Limited::kQp: return kMaxQp;
+    case Limited::kCq: return kMaxCq;
+    case Limited::kSrq: return kMaxSrq;
+    case Limited::kAh: return kMaxAh;
+  }
+  return 0;
+}
+
+const char* Device::LimitName(Limited kind) {
+  switch (kind) {
+    case Limited::kPd: return "max_pd";
+    case Limited::kQp: return "max_qp";
+    case Limited::kCq: return "max_cq";
+    case Limited::kSrq: return "max_srq";
+    case Limited::kAh: return "max_ah";
+  }
+  return "?";
+}
+
+bool Device::TakeObject(Limited kind) {
+  std::atomic<int>& live = live_objects_[static_cast<size_t>(kind)];
+  if (live.fetch_add(1) < LimitOf(kind)) return true;
+  live.fetch_sub(1);
+  return false;
+}
+
+void Device::ReturnObject(Limited kind) { live_objects_[static_cast<size_t>(kind)].fetch_sub(1); }
+
 PortAttr Device::QueryPort(int port) const {
   std::lock_guard lock(mu_);
   PortAttr a = ports_.at(port - 1).attr;

@@ -113,6 +113,15 @@ class Device {
   uint32_t LidAddress(int port, uint16_t lid) const;
 
   PortAttr QueryPort(int port) const;
+
+  // The object kinds whose number ibv_query_device limits (max_pd, max_qp,
+  // max_cq, max_srq, max_ah), counted over every context of the device, as
+  // a NIC's firmware counts them. TakeObject is false once all are in use.
+  enum class Limited { kPd, kQp, kCq, kSrq, kAh };
+  static int LimitOf(Limited kind);
+  static const char* LimitName(Limited kind);  // "max_qp", ...
+  bool TakeObject(Limited kind);
+  void ReturnObject(Limited kind);
   // Lock-free, for the data path: fixed when the device opens.
   uint32_t ActiveMtu(int port) const { return ports_.at(port - 1).attr.active_mtu; }
   // Takes a port down or up and raises PORT_ERR / PORT_ACTIVE when the
@@ -195,6 +204,7 @@ class Device {
   const DeviceConfig config_;
   const int index_;
   const uint64_t node_guid_;
+  std::array<std::atomic<int>, 5> live_objects_{};  // by Limited
 
   mutable std::mutex mu_;
   std::vector<Port> ports_;  // guarded by mu_ (attr, gids); fd/bound constant after Open

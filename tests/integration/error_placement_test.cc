@@ -310,6 +310,71 @@ TEST_F(ErrorPlacementTest, WriteWithImmediateToABadRkeyLeavesTheReceiveQueueAlon
   }
 }
 
+// Opcodes a QP type cannot carry fail at the post, before anything runs.
+TEST_F(ErrorPlacementTest, RdmaAndAtomicOpcodesOnUdAndReadOnUcFailAtThePost) {
+  ibv_qp_init_attr ua{};
+  ua.send_cq = ua.recv_cq = cq_;
+  ua.qp_type = IBV_QPT_UD;
+  ua.cap = {8, 8, 1, 1, 0};
+  ibv_qp* ud = Own(ibv_create_qp(pd_, &ua));
+  ASSERT_NE(ud, nullptr);
+  ASSERT_EQ(UdToRts(ud, 0x11, 0), 0);
+  ibv_ah_attr av = Av(Gid(1), 1);
+  ibv_ah* ah = ibv_create_ah(pd_, &av);
+  ASSERT_NE(ah, nullptr);
+  for (ibv_wr_opcode op : {IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_RDMA_READ,
+                           IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP}) {
+    ibv_sge sge = Sge(0, 8);
+    ibv_send_wr wr{};
+    wr.wr_id = 30;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = op;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.ud.ah = ah;
+    wr.wr.ud.remote_qpn = ud->qp_num;
+    wr.wr.ud.remote_qkey = 0x11;
+    ibv_send_wr* bad = nullptr;
+    EXPECT_EQ(ibv_post_send(ud, &wr, &bad), EINVAL) << "opcode " << op;
+    EXPECT_EQ(bad, &wr);
+  }
+  ibv_qp_init_attr ca{};
+  ca.send_cq = ca.recv_cq = cq_;
+  ca.qp_type = IBV_QPT_UC;
+  ca.cap = {8, 8, 1, 1, 0};
+  ibv_qp* uc1 = Own(ibv_create_qp(pd_, &ca));
+  ibv_qp* uc2 = Own(ibv_create_qp(pd_, &ca));
+  ASSERT_TRUE(uc1 && uc2);
+  ibv_gid gid = Gid(1);
+  for (auto [qp, peer] : {std::pair{uc1, uc2}, std::pair{uc2, uc1}}) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+    ibv_qp_attr r{};
+    r.qp_state = IBV_QPS_RTR;
+    r.path_mtu = IBV_MTU_1024;
+    r.dest_qp_num = peer->qp_num;
+    r.rq_psn = 1;
+    r.ah_attr = Av(gid, 1);
+    ASSERT_EQ(ibv_modify_qp(qp, &r, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN), 0);
+    ibv_qp_attr t{};
+    t.qp_state = IBV_QPS_RTS;
+    t.sq_psn = 1;
+    ASSERT_EQ(ibv_modify_qp(qp, &t, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+  }
+  // A WRITE is fine on UC: the QP is ready, so only the opcodes fail below.
+  ASSERT_EQ(PostSend(uc1, IBV_WR_RDMA_WRITE, 33, Sge(0, 8), At(4096), mr_->rkey), 0);
+  ibv_wc wc;
+  ASSERT_TRUE(Completion(uc1, 33, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(PostSend(uc1, IBV_WR_RDMA_READ, 31, Sge(0, 8), At(4096), mr_->rkey), EINVAL);
+  EXPECT_EQ(PostSend(uc1, IBV_WR_ATOMIC_FETCH_AND_ADD, 32, Sge(0, 8), At(4096), mr_->rkey), EINVAL);
+  EXPECT_TRUE(Quiet());
+  EXPECT_EQ(ibv_destroy_ah(ah), 0);
+}
+
 // An SRQ's receive WQEs are checked against the SRQ's PD, not the QP's.
 TEST_F(ErrorPlacementTest, SrqReceiveIsCheckedAgainstTheSrqsPd) {
   ibv_pd* srq_pd = ibv_alloc_pd(ctx_);
