@@ -57,7 +57,14 @@ Status MrTable::CheckAccess(uint32_t access) {
 Result<std::shared_ptr<Mr>> MrTable::Build(uint32_t pd, void* addr, uint64_t length,
                                            uint64_t iova, uint32_t access) {
   if (Status s = CheckAccess(access); !s.ok()) return s;
-  if (length == 0) return InvalidArgument("a memory region must have a non-zero length");
+  // As the kernel's ib_umem_get, which pins the pages [addr, addr + length)
+  // touches: a zero-length region inside a page pins that page and
+  // registers; at a page boundary it spans no page and is refused.
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  if (length == 0 && reinterpret_cast<uintptr_t>(addr) % page == 0) {
+    return InvalidArgument("a zero-length memory region at a page boundary spans no page (the kernel refuses "
+                           "it too; inside a page it registers)");
+  }
   if (addr == nullptr) return Status::Error(EFAULT, "a memory region cannot start at address NULL");
   if (iova + length < iova) return InvalidArgument("iova + length overflows");
   if (Status s = CheckMapped(addr, length); !s.ok()) return s;

@@ -310,6 +310,47 @@ TEST_F(ErrorPlacementTest, WriteWithImmediateToABadRkeyLeavesTheReceiveQueueAlon
   }
 }
 
+// --- zero lengths, as on a NIC --------------------------------------------
+
+TEST_F(ErrorPlacementTest, ZeroLengthMrRegistersAndZeroByteSendWriteAndReadWork) {
+  // Inside a page (at a page boundary it would span none: EINVAL, as on the kernel).
+  uintptr_t where = At(64);
+  if (where % 4096 == 0) where += 8;
+  ibv_mr* empty = ibv_reg_mr(pd_, reinterpret_cast<void*>(where), 0,
+                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  ASSERT_NE(empty, nullptr) << "errno " << errno;
+  ibv_qp* a = CreateRc();
+  ibv_qp* b = CreateRc();
+  ASSERT_TRUE(a && b);
+  ASSERT_NO_FATAL_FAILURE(Connect(a, b));
+  ASSERT_EQ(PostRecv(b, 40, Sge(8192, 64)), 0);
+  ibv_send_wr wr{};
+  wr.wr_id = 41;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);  // no SGE at all
+  ibv_wc wc;
+  ASSERT_TRUE(Completion(b, 40, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  EXPECT_EQ(wc.byte_len, 0u);
+  ASSERT_TRUE(Completion(a, 41, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  ibv_sge none{where, 0, empty->lkey};
+  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 42, none, where, empty->rkey), 0);
+  ASSERT_TRUE(Completion(a, 42, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_READ, 43, none, where, empty->rkey), 0);
+  ASSERT_TRUE(Completion(a, 43, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  EXPECT_EQ(wc.byte_len, 0u);
+  for (ibv_qp* qp : {a, b}) {
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    Forget(qp);
+  }
+  EXPECT_EQ(ibv_dereg_mr(empty), 0);
+}
+
 // Opcodes a QP type cannot carry fail at the post, before anything runs.
 TEST_F(ErrorPlacementTest, RdmaAndAtomicOpcodesOnUdAndReadOnUcFailAtThePost) {
   ibv_qp_init_attr ua{};

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstdint>
 #include <limits>
 #include <set>
@@ -66,8 +67,18 @@ TEST_F(MrTableTest, RegisterValidatesAccess) {
   EXPECT_EQ(table_.size(), 0u) << "a failed registration publishes nothing";
 }
 
-TEST_F(MrTableTest, ZeroLengthIsEinval) {
-  EXPECT_EQ(Reg(kLocalWrite, 0).status().code(), EINVAL);
+// As the kernel: a zero-length region inside a page registers (it pins that
+// page); at a page boundary it spans none and is refused.
+TEST_F(MrTableTest, ZeroLengthRegistersInsideAPageAndIsEinvalAtAPageBoundary) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* aligned = aligned_alloc(page, page);
+  ASSERT_NE(aligned, nullptr);
+  EXPECT_EQ(table_.Register(1, aligned, 0, 0, kLocalWrite).status().code(), EINVAL);
+  auto inside = table_.Register(1, static_cast<uint8_t*>(aligned) + 8, 0, 0, kLocalWrite);
+  ASSERT_TRUE(inside.ok()) << inside.status().message();
+  EXPECT_EQ((*inside)->length, 0u);
+  EXPECT_TRUE(table_.Deregister((*inside)->lkey).ok());
+  free(aligned);
 }
 
 TEST_F(MrTableTest, NullAddressIsEfault) {
