@@ -165,6 +165,14 @@ Status Start(State& s) {
     ::close(fd);
     return b;
   }
+  // The directory (0700) already keeps other users out; the socket is the
+  // owner's alone too, should the directory ever be opened up.
+  if (::chmod(path.c_str(), 0600) != 0) {
+    int e = errno;
+    ::close(fd);
+    ::unlink(path.c_str());
+    return Status::Error(e, fmt::format("chmod {}: {}", path, std::strerror(e)));
+  }
   if (::listen(fd, 64) != 0) {
     int e = errno;
     ::close(fd);

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -20,6 +21,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "emulator/control/protocol.h"
@@ -79,6 +81,9 @@ TEST(ServerTest, ServesItsSocketInTheRuntimeDirectory) {
   struct stat st{};
   ASSERT_EQ(::stat((g_runtime + "/rdmaemu").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
   EnsureServer();  // idempotent
   EXPECT_EQ(ServingPath(), path);
 }
@@ -238,6 +243,46 @@ std::pair<int, std::string> InChild(const std::function<void(int report_fd)>& ch
 void Report(int fd, const std::string& s) {
   std::string line = s + "\n";
   if (::write(fd, line.data(), line.size()) < 0) ::_exit(98);
+}
+
+// Another user cannot reach the socket (the directory is 0700, the socket
+// 0600), and were both opened up by mistake, the server still refuses them
+// by their credentials (SO_PEERCRED) with a line saying who may.
+TEST(ServerTest, AnotherUserIsRefused) {
+  if (::geteuid() != 0) {
+    GTEST_SKIP() << "needs root to act as another user (CI runs the tests as root)";
+  }
+  std::string path = Serving();
+  std::string dir = g_runtime + "/rdmaemu";
+  constexpr uid_t kNobody = 65534;
+  auto as_nobody = [&](int report) {
+    if (::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) {
+      Report(report, fmt::format("setuid: {}", std::strerror(errno)));
+      ::_exit(0);
+    }
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    Status c = ConnectPath(fd, path);
+    if (!c.ok()) {
+      Report(report, fmt::format("connect: {}", std::strerror(c.code())));
+      ::_exit(0);
+    }
+    ::close(fd);
+    auto reply = Ask(path, {"list"});
+    if (!reply.ok()) Report(report, "call failed: " + reply.status().message());
+    else Report(report, fmt::format("status {}: {}", reply->status, reply->err.substr(0, reply->err.find('\n'))));
+    ::_exit(0);
+  };
+  auto [status, got] = InChild(as_nobody);
+  EXPECT_EQ(got, "connect: Permission denied");
+  // Opened up by mistake: the credentials check still refuses.
+  ASSERT_EQ(::chmod(g_runtime.c_str(), 0711), 0);
+  ASSERT_EQ(::chmod(dir.c_str(), 0711), 0);
+  ASSERT_EQ(::chmod(path.c_str(), 0666), 0);
+  std::tie(status, got) = InChild(as_nobody);
+  EXPECT_EQ(got, fmt::format("status 1: uid {} may not control this process", kNobody)) << got;
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  ASSERT_EQ(::chmod(dir.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(g_runtime.c_str(), 0700), 0);
 }
 
 TEST(ServerTest, TheSocketIsRemovedAtExit) {
