@@ -172,6 +172,24 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
   return 0;
 }
 
+// The device's clock is the one its completion timestamps are read from
+// (CLOCK_MONOTONIC, in ns: hca_core_clock 1,000,000 kHz), so a raw clock
+// value and a completion's timestamp compare directly.
+int QueryRtValues(ibv_context* context, ibv_values_ex* values) {
+  if (values == nullptr) return EINVAL;
+  if (!(values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK)) {
+    Log().warn("ibv_query_rt_values_ex: comp_mask {:#x} asks for nothing this device has "
+               "(IBV_VALUES_MASK_RAW_CLOCK is all it reports)", values->comp_mask);
+    return EOPNOTSUPP;
+  }
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  values->raw_clock = now;
+  values->comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+  (void)context;
+  return 0;
+}
+
 int QueryPort(ibv_context* context, uint8_t port, ibv_port_attr* attr, size_t attr_size) {
   if (Status dead = DeadDevice(context, "ibv_query_port"); !dead.ok()) return dead.code();
   const device::Device& dev = *ToContext(context)->device;
@@ -256,6 +274,7 @@ void FreeContext(verbs_context* vctx) {
 void InstallOps(verbs_context* vctx) {
   vctx->query_device_ex = QueryDeviceEx;
   vctx->query_port = QueryPort;
+  vctx->query_rt_values = QueryRtValues;
   vctx->context.num_comp_vectors = device::kNumCompVectors;
   InstallCqOps(vctx);
   InstallQpOps(vctx);
