@@ -208,6 +208,8 @@ Result<engine::SendWqe> BuildSendWqe(Qp& qp, const ibv_send_wr& wr) {
     w.ud.dst_ip = ToAh(wr.wr.ud.ah)->dst_ip;
     w.ud.remote_qpn = wr.wr.ud.remote_qpn & 0xffffff;
     w.ud.remote_qkey = wr.wr.ud.remote_qkey;
+    const ibv_ah_attr& ah = ToAh(wr.wr.ud.ah)->attr;
+    if (ah.is_global) w.ud.traffic_class = ah.grh.traffic_class;
   }
   return w;
 }
@@ -608,7 +610,10 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
     t.qkey = qp->attrs.qkey;
     t.dest_qpn = qp->attrs.dest_qp_num;
     t.path_mtu = objects::MtuBytes(qp->attrs.path_mtu);
-    if (mask & IBV_QP_AV) t.dest_ip = dest_ip;
+    if (mask & IBV_QP_AV) {
+      t.dest_ip = dest_ip;
+      t.traffic_class = requested.ah_attr.has_grh ? requested.ah_attr.traffic_class : 0;
+    }
     t.access = qp->attrs.qp_access_flags;
     // Port, P_Key index and timeout belong to the current path, which the
     // engine swaps when it migrates: written only when the application sets them.
@@ -617,6 +622,7 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
     if (mask & IBV_QP_TIMEOUT) t.timeout = qp->attrs.timeout;
     if (mask & IBV_QP_ALT_PATH) {
       t.alt_dest_ip = alt_dest_ip;
+      t.alt_traffic_class = requested.alt_ah_attr.has_grh ? requested.alt_ah_attr.traffic_class : 0;
       t.alt_port = qp->attrs.alt_port_num;
       t.alt_pkey_index = qp->attrs.alt_pkey_index;
       t.alt_timeout = qp->attrs.alt_timeout;

@@ -73,6 +73,7 @@ void WriteFrameHeader(const Endpoints& e, size_t payload_bytes, uint16_t ip_id, 
   uint8_t* ip = eth + kEthernetBytes;
   std::memset(ip, 0, kIpv4Bytes);
   ip[0] = 0x45;  // version 4, 5 words
+  ip[1] = e.tos;
   StoreBe16(ip + 2, static_cast<uint16_t>(kIpv4Bytes + kUdpBytes + payload_bytes));
   StoreBe16(ip + 4, ip_id);
   StoreBe16(ip + 6, 0x4000);  // don't fragment, as RoCEv2 NICs send

@@ -51,6 +51,7 @@ struct Endpoints {
   uint32_t dst_ip = 0;
   uint16_t src_port = 0;
   uint16_t dst_port = 0;
+  uint8_t tos = 0;  // the IP header's TOS byte (RoCE v2's traffic class)
 };
 
 // The Internet checksum (RFC 1071) of an IPv4 header whose checksum field

@@ -46,10 +46,11 @@ Result<net::Backend> BackendFromEnvironment() {
 
 // The 40-byte GRH area of a UD receive holds the network header: for IPv4,
 // 20 zero bytes and then the IPv4 header (as Linux's soft-RoCE writes it).
-void WriteGrh(uint8_t* grh, uint32_t src_ip, uint32_t dst_ip, size_t udp_payload) {
+void WriteGrh(uint8_t* grh, uint32_t src_ip, uint32_t dst_ip, size_t udp_payload, uint8_t tos) {
   std::memset(grh, 0, kGrhBytes);
   uint8_t* ip = grh + 20;
   ip[0] = 0x45;
+  ip[1] = tos;  // the sender's traffic class (ibv_init_ah_from_wc reads it back)
   StoreBe16(ip + 2, static_cast<uint16_t>(20 + 8 + udp_payload));
   StoreBe16(ip + 6, 0x4000);  // DF
   ip[8] = 64;
@@ -494,7 +495,7 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
 }
 
 void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather payload,
-                      uint32_t dst_ip, uint8_t port_override) {
+                      uint32_t dst_ip, uint8_t port_override, std::optional<uint8_t> tos_override) {
   if (device_->dead()) {
     Count(qp, &Counters::dropped_device_dead);
     return;
@@ -536,9 +537,10 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather 
     for (const auto& piece : payload) payload_bytes += piece.size();
     tracer_.Sent(qp != nullptr ? qp->qpn : 0, fields, payload_bytes, dst_ip);
   }
+  const uint8_t tos = tos_override ? *tos_override : qp != nullptr ? qp->attrs.traffic_class : 0;
   std::span<uint8_t> bytes(packet_.data(), *len);
   if (!faults_.active()) {
-    SendNow(port, to, bytes);
+    SendNow(port, to, bytes, tos);
     return;
   }
   fault::PacketMeta meta;
@@ -550,12 +552,13 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather 
   meta.dst_qpn = fields.bth.dest_qpn;
   meta.psn = fields.bth.psn;
   meta.opcode = static_cast<uint8_t>(fields.opcode);
+  meta.tos = tos;
   faults_.Egress(meta, bytes, to, Clock::now(), *this);
 }
 
-void Engine::SendNow(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes) {
+void Engine::SendNow(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes, uint8_t tos) {
   if (port < 1 || port > endpoints_.size()) return;  // the injector keeps what Transmit gave it
-  SendDatagram(port, to, bytes);
+  SendDatagram(port, to, bytes, tos);
   CountPort(port, &Counters::packets_sent);
   CountPort(port, &Counters::bytes_sent, bytes.size());
 }
@@ -579,7 +582,7 @@ void Engine::Counted(fault::FaultEvent what, uint8_t port, uint32_t local_qpn, u
 
 void Engine::SendMad(uint8_t port, uint32_t dst_ip, uint8_t traffic_class,
                      std::span<const uint8_t> mad) {
-  QueuedMad q{port, dst_ip, {}};
+  QueuedMad q{port, dst_ip, traffic_class, {}};
   std::copy_n(mad.begin(), std::min(mad.size(), q.mad.size()), q.mad.begin());
   {
     std::lock_guard lock(mads_mu_);
@@ -604,7 +607,7 @@ void Engine::SendQueuedMads() {
     f.deth.qkey = cm::kGsiQkey;
     f.deth.src_qpn = cm::kGsiQpn;
     const std::span<const uint8_t> payload(q.mad);
-    Transmit(nullptr, f, wire::Gather(&payload, 1), q.dst_ip, q.port);
+    Transmit(nullptr, f, wire::Gather(&payload, 1), q.dst_ip, q.port, q.traffic_class);
   }
 }
 
@@ -633,11 +636,11 @@ void Engine::ReceiveGsi(const wire::PacketView& packet, const net::Datagram& d, 
   }
 }
 
-void Engine::SendDatagram(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes) {
+void Engine::SendDatagram(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes, uint8_t tos) {
   const Endpoint& from = endpoints_[port - 1];
-  capture::Record({from.ip, ntohl(to.sin_addr.s_addr), from.udp_port, ntohs(to.sin_port)}, bytes);
+  capture::Record({from.ip, ntohl(to.sin_addr.s_addr), from.udp_port, ntohs(to.sin_port), tos}, bytes);
   iovec iov{const_cast<uint8_t*>(bytes.data()), bytes.size()};
-  loop_->Send(port - 1, to, std::span<const iovec>(&iov, 1));
+  loop_->Send(port - 1, to, std::span<const iovec>(&iov, 1), tos);
 }
 
 bool Engine::PkeyAccepted(Qp& qp, const wire::PacketView& packet) {
@@ -883,7 +886,7 @@ void Engine::ExecuteUdSend(Qp& qp, const SendWqe& wqe) {
   f.deth.src_qpn = qp.qpn;
   f.imm = ntohl(wqe.imm_data);
   std::span<const uint8_t> payload(scratch_);
-  Transmit(&qp, f, wire::Gather(&payload, 1), wqe.ud.dst_ip);
+  Transmit(&qp, f, wire::Gather(&payload, 1), wqe.ud.dst_ip, 0, wqe.ud.traffic_class);
   complete(objects::WcStatus::kSuccess);
 }
 
@@ -895,7 +898,7 @@ void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
     if (d.socket < 0 || static_cast<size_t>(d.socket) >= endpoints_.size()) continue;
     const uint8_t port = static_cast<uint8_t>(d.socket + 1);
     capture::Record({ntohl(d.src.sin_addr.s_addr), ntohl(d.dst.s_addr), ntohs(d.src.sin_port),
-                     endpoints_[d.socket].udp_port},
+                     endpoints_[d.socket].udp_port, d.tos},
                     d.data);
     CountPort(port, &Counters::packets_received);
     CountPort(port, &Counters::bytes_received, d.data.size());
@@ -1114,7 +1117,7 @@ void Engine::DeliverUd(const RecvWqe& wqe, uint32_t pd, uint32_t num, const wire
     cqe.status = s;
   } else {
     uint8_t grh[kGrhBytes];
-    WriteGrh(grh, ntohl(d.src.sin_addr.s_addr), ntohl(d.dst.s_addr), d.data.size());
+    WriteGrh(grh, ntohl(d.src.sin_addr.s_addr), ntohl(d.dst.s_addr), d.data.size(), d.tos);
     ScatterRange(wqe.sges, 0, std::span<const uint8_t>(grh, kGrhBytes));
     ScatterRange(wqe.sges, kGrhBytes, payload);
   }

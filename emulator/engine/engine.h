@@ -142,13 +142,15 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // (its current path; port 1 without a QP), through the fault rules when
   // any are active. The BTH gets the P_Key of the QP's pkey_index.
   // `port` 0: the QP's port (port 1 without a QP).
+  // `tos`: the IP header's TOS byte (the GRH's traffic class); by default
+  // the QP's current path's.
   void Transmit(Qp* qp, const wire::PacketFields& fields, wire::Gather payload, uint32_t dst_ip,
-                uint8_t port = 0);
+                uint8_t port = 0, std::optional<uint8_t> tos = std::nullopt);
   // fault::PacketSink. SendNow takes a packet past the fault rules to the
   // socket of `port` (through SendDatagram, counted on the port); Deliver
   // processes a received datagram past them through ReceiveDatagram (its
   // port is the one whose socket received it: datagram.socket + 1).
-  void SendNow(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes) override;
+  void SendNow(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes, uint8_t tos) override;
   void Deliver(const net::Datagram& datagram) override;
   // Counts what a fault rule did (a fault_ counter) on the packet's port and
   // on its local QP when that is one of this engine's.
@@ -181,7 +183,7 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   void FailAllQps();
   // The one exit to the socket: every datagram leaves here, and is captured
   // here (after fault rules, before the kernel), exactly as it goes out.
-  void SendDatagram(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes);
+  void SendDatagram(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes, uint8_t tos);
   // Validates an SGE list against the QP's PD; `write` needs LOCAL_WRITE.
   objects::WcStatus CheckSges(const Qp& qp, const std::vector<Sge>& sges, bool write);
   // The same against `pd`, naming queue `num` (a QP or WQ) in the log.
@@ -294,6 +296,7 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   struct QueuedMad {
     uint8_t port;
     uint32_t dst_ip;  // network order
+    uint8_t traffic_class;
     cm::MadBytes mad;
   };
   std::mutex mads_mu_;

@@ -50,6 +50,7 @@ struct TransportAttrs {
   uint32_t dest_qpn = 0;
   uint32_t path_mtu = 1024;  // bytes
   uint32_t dest_ip = 0;      // network order; RC/UC
+  uint8_t traffic_class = 0; // the path's GRH traffic class: the IP TOS byte on RoCE v2
   uint32_t access = 0;       // remote access rights granted (IBV_ACCESS_*)
   uint8_t port = 1;
   uint16_t pkey_index = 0;   // the QP's P_Key: the port's table entry at this index
@@ -61,6 +62,7 @@ struct TransportAttrs {
   bool sqd_notify = false;   // en_sqd_async_notify: raise SQ_DRAINED once drained
   // The alternate path (RC/UC, path.cc); alt_port 0 = none loaded.
   uint32_t alt_dest_ip = 0;  // network order
+  uint8_t alt_traffic_class = 0;
   uint8_t alt_port = 0;
   uint16_t alt_pkey_index = 0;
   uint8_t alt_timeout = 0;
@@ -71,6 +73,7 @@ struct TransportAttrs {
 // current path is kept as the alternate.
 inline void SwapPaths(TransportAttrs& t) {
   std::swap(t.dest_ip, t.alt_dest_ip);
+  std::swap(t.traffic_class, t.alt_traffic_class);
   std::swap(t.port, t.alt_port);
   std::swap(t.pkey_index, t.alt_pkey_index);
   std::swap(t.timeout, t.alt_timeout);

@@ -22,6 +22,7 @@ struct UdDestination {
   uint32_t dst_ip = 0;  // network order
   uint32_t remote_qpn = 0;
   uint32_t remote_qkey = 0;
+  uint8_t traffic_class = 0;  // the AH's GRH traffic class
 };
 
 struct SendWqe {

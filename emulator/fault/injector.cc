@@ -282,10 +282,10 @@ void Injector::Hold(Held&& h, Clock::time_point at, PacketSink& sink) {
 
 void Injector::PassNow(const Held& h, PacketSink& sink) {
   if (h.dir == kTx) {
-    sink.SendNow(h.port, h.peer, h.bytes);
+    sink.SendNow(h.port, h.peer, h.bytes, h.tos);
   } else {
     // Back to the engine as the port's socket received it.
-    sink.Deliver(net::Datagram{h.peer, h.dst, h.bytes, h.port - 1});
+    sink.Deliver(net::Datagram{h.peer, h.dst, h.bytes, h.port - 1, h.tos});
   }
 }
 
@@ -348,6 +348,7 @@ void Injector::Egress(const PacketMeta& meta, std::span<uint8_t> bytes, const so
     h.port = meta.port;
     h.local_qpn = meta.local_qpn;
     h.peer = to;
+    h.tos = meta.tos;
     h.bytes.assign(bytes.begin(), bytes.end());
     if (held) {
       h.after_packets = v.reorder_after;
@@ -395,6 +396,7 @@ void Injector::Ingress(const PacketMeta& meta, const net::Datagram& d, Clock::ti
       h.local_qpn = meta.local_qpn;
       h.peer = datagram.src;
       h.dst = datagram.dst;
+      h.tos = datagram.tos;
       h.bytes.assign(datagram.data.begin(), datagram.data.end());
       h.after_packets = v.reorder_after;
       Hold(std::move(h), now + v.delay + (v.reorder_after > 0 ? kReorderMaxHold : Duration(0)),

@@ -57,6 +57,7 @@ struct PacketMeta {
   uint32_t dst_qpn = 0;    // from the BTH
   uint32_t psn = 0;
   uint8_t opcode = 0;
+  uint8_t tos = 0;         // tx: the traffic class it leaves with
 };
 
 // What fault rules did on one device. Read with relaxed loads: a snapshot.
@@ -96,7 +97,7 @@ class PacketSink {
  public:
   virtual ~PacketSink() = default;
   // Puts a built packet on the socket of `port` (PacketMeta::port).
-  virtual void SendNow(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes) = 0;
+  virtual void SendNow(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes, uint8_t tos) = 0;
   // Processes a received datagram.
   virtual void Deliver(const net::Datagram& datagram) = 0;
   // The injector did `what` to `n` packets of port `port` whose local QP
@@ -173,6 +174,7 @@ class Injector {
     uint32_t local_qpn = 0;  // PacketMeta::local_qpn, for what happens to it later
     sockaddr_in peer{};  // tx: destination; rx: source
     in_addr dst{};       // rx: the destination address
+    uint8_t tos = 0;     // the IP header's TOS byte, kept for when it passes
     std::vector<uint8_t> bytes;
     uint32_t after_packets = 0;  // reorder: released after this many later packets
   };

@@ -29,10 +29,10 @@ constexpr int kReceiveRounds = 16;  // recvmmsg calls per wakeup, then others ge
 // its handle (32 bits, from kFirstGroupHandle up).
 constexpr uint64_t kDoorbellTag = ~uint64_t{0};
 
-// Room for one IP_PKTINFO control message, aligned for cmsghdr.
+// Room for the IP_PKTINFO and IP_TOS control messages, aligned for cmsghdr.
 union Control {
   cmsghdr align;
-  char bytes[CMSG_SPACE(sizeof(in_pktinfo))];
+  char bytes[CMSG_SPACE(sizeof(in_pktinfo)) + CMSG_SPACE(sizeof(int))];
 };
 
 in_addr DestinationOf(const msghdr& msg) {
@@ -45,6 +45,14 @@ in_addr DestinationOf(const msghdr& msg) {
     }
   }
   return in_addr{INADDR_ANY};
+}
+
+uint8_t TosOf(const msghdr& msg) {
+  for (const cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
+       c = CMSG_NXTHDR(const_cast<msghdr*>(&msg), const_cast<cmsghdr*>(c))) {
+    if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) return *CMSG_DATA(c);
+  }
+  return 0;
 }
 
 class EpollLoop final : public LoopBase {
@@ -60,7 +68,7 @@ class EpollLoop final : public LoopBase {
     close(epoll_fd_);
   }
 
-  void Send(int socket, const sockaddr_in& to, std::span<const iovec> iov) override;
+  void Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos = 0) override;
 
  private:
   void Run() override;
@@ -213,6 +221,7 @@ bool EpollLoop::ReceiveAll(int fd, int owner) {
       Datagram& d = batch_[count++];
       d.src = names_[i];
       d.dst = DestinationOf(m);
+      d.tos = TosOf(m);
       d.data = {static_cast<const uint8_t*>(iovs_[i].iov_base), msgs_[i].msg_len};
       d.socket = owner;
       bytes += msgs_[i].msg_len;
@@ -229,14 +238,14 @@ bool EpollLoop::ReceiveAll(int fd, int owner) {
   return delivered;
 }
 
-void EpollLoop::Send(int socket, const sockaddr_in& to, std::span<const iovec> iov) {
+void EpollLoop::Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos) {
   CheckLoopThread("Loop::Send");
   if (socket < 0 || socket >= num_sockets()) {
     Add(counters().send_errors);
     RDMAEMU_WARN_LIMITED("Loop::Send: no socket {} (the loop has {})", socket, num_sockets());
     return;
   }
-  const int id = pool_.Acquire(socket, to, iov);
+  const int id = pool_.Acquire(socket, to, iov, tos);
   if (id < 0) {
     Add(counters().send_drops);
     return;

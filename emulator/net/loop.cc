@@ -77,7 +77,7 @@ std::string ErrnoText(int err) {
   return text != nullptr ? text : "errno " + std::to_string(err);
 }
 
-int SendPool::Acquire(int socket, const sockaddr_in& to, std::span<const iovec> iov) {
+int SendPool::Acquire(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos) {
   int id;
   if (!free_.empty()) {
     id = free_.back();
@@ -105,6 +105,16 @@ int SendPool::Acquire(int socket, const sockaddr_in& to, std::span<const iovec> 
   s.msg.msg_namelen = sizeof(s.to);
   s.msg.msg_iov = &s.iov;
   s.msg.msg_iovlen = 1;
+  if (tos != 0) {
+    s.msg.msg_control = s.control.bytes;
+    s.msg.msg_controllen = sizeof(s.control.bytes);
+    cmsghdr* c = CMSG_FIRSTHDR(&s.msg);
+    c->cmsg_level = IPPROTO_IP;
+    c->cmsg_type = IP_TOS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    const int value = tos;
+    std::memcpy(CMSG_DATA(c), &value, sizeof(value));
+  }
   return id;
 }
 

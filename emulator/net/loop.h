@@ -47,6 +47,7 @@ struct Datagram {
   in_addr dst;      // the destination address in the IP header (IP_PKTINFO)
   std::span<const uint8_t> data;
   int socket = 0;   // which of the loop's sockets received it (0-based)
+  uint8_t tos = 0;  // the IP header's TOS byte: RoCE v2's traffic class (IP_RECVTOS)
 };
 
 class LoopHandler {
@@ -141,9 +142,10 @@ class Loop {
   // loop is awake; writes the doorbell eventfd only when it sleeps.
   virtual void Ring() = 0;
   // Loop thread only: sends one datagram, gathered from `iov` (copied before
-  // Send returns). Sends are queued and flushed together when the handler
-  // returns, or earlier when a batch fills.
-  virtual void Send(int socket, const sockaddr_in& to, std::span<const iovec> iov) = 0;
+  // Send returns), with `tos` in its IP header (RoCE v2's traffic class).
+  // Sends are queued and flushed together when the handler returns, or
+  // earlier when a batch fills.
+  virtual void Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos = 0) = 0;
   // From the first socket.
   void Send(const sockaddr_in& to, std::span<const iovec> iov) { Send(0, to, iov); }
   virtual bool InLoopThread() const = 0;

@@ -57,6 +57,11 @@ struct SendSlot {
   iovec iov{};
   msghdr msg{};
   std::vector<uint8_t> bytes;  // keeps its capacity between uses
+  // An IP_TOS control message when the datagram has a traffic class.
+  union {
+    cmsghdr align;
+    char bytes[CMSG_SPACE(sizeof(int))];
+  } control{};
 };
 
 // At most kMaxPendingSends slots, created on first use and then reused, so
@@ -64,7 +69,7 @@ struct SendSlot {
 class SendPool {
  public:
   // A free slot filled with the datagram, or -1 if all are in use.
-  int Acquire(int socket, const sockaddr_in& to, std::span<const iovec> iov);
+  int Acquire(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos = 0);
   void Release(int id) { free_.push_back(id); }
   SendSlot& operator[](int id) { return *slots_[id]; }
   size_t in_use() const { return slots_.size() - free_.size(); }

@@ -98,6 +98,10 @@ Result<UdpSocket> UdpSocket::Open(const UdpSocketOptions& options) {
   if (int err = SetInt(fd.get(), IPPROTO_IP, IP_PKTINFO, 1); err != 0) {
     return Failed(-err, "cannot enable IP_PKTINFO");
   }
+  // The traffic class of RoCE v2 travels in the IP header's TOS byte.
+  if (int err = SetInt(fd.get(), IPPROTO_IP, IP_RECVTOS, 1); err != 0) {
+    return Failed(-err, "cannot enable IP_RECVTOS");
+  }
   if (int err = SetInt(fd.get(), IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO); err != 0) {
     return Failed(-err, "cannot set IP_MTU_DISCOVER");
   }
@@ -152,6 +156,10 @@ Result<UdpSocket> UdpSocket::OpenGroup(in_addr group, uint16_t port, in_addr int
   }
   if (int err = SetInt(fd.get(), IPPROTO_IP, IP_PKTINFO, 1); err != 0) {
     return Failed(-err, "cannot enable IP_PKTINFO");
+  }
+  // The traffic class of RoCE v2 travels in the IP header's TOS byte.
+  if (int err = SetInt(fd.get(), IPPROTO_IP, IP_RECVTOS, 1); err != 0) {
+    return Failed(-err, "cannot enable IP_RECVTOS");
   }
   // Only the groups this socket joined, not every group some socket of the
   // host joined (Linux's default, IP_MULTICAST_ALL).

@@ -193,12 +193,12 @@ class UringLoop final : public LoopBase {
   UringLoop(std::vector<UdpSocket> sockets, LoopHandler* handler, std::unique_ptr<UringState> u)
       : LoopBase(Backend::kUring, std::move(sockets), handler, u->doorbell), u_(std::move(u)) {
     recv_msg_.msg_namelen = sizeof(sockaddr_in);
-    recv_msg_.msg_controllen = CMSG_SPACE(sizeof(in_pktinfo));
+    recv_msg_.msg_controllen = CMSG_SPACE(sizeof(in_pktinfo)) + CMSG_SPACE(sizeof(int));
   }
 
   ~UringLoop() override { Stop(); }
 
-  void Send(int socket, const sockaddr_in& to, std::span<const iovec> iov) override;
+  void Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos = 0) override;
 
  private:
   struct Received {
@@ -352,20 +352,20 @@ void UringLoop::ArmDoorbell() {
   ++inflight_;
 }
 
-void UringLoop::Send(int socket, const sockaddr_in& to, std::span<const iovec> iov) {
+void UringLoop::Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos) {
   CheckLoopThread("Loop::Send");
   if (socket < 0 || socket >= num_sockets()) {
     Add(counters().send_errors);
     RDMAEMU_WARN_LIMITED("Loop::Send: no socket {} (the loop has {})", socket, num_sockets());
     return;
   }
-  int id = pool_.Acquire(socket, to, iov);
+  int id = pool_.Acquire(socket, to, iov, tos);
   if (id < 0) {
     // Every slot is taken, most of them probably by sends the kernel has
     // finished but whose completions wait in the CQ: collect those first.
     io_uring_submit(&u_->ring);
     Reap();
-    id = pool_.Acquire(socket, to, iov);
+    id = pool_.Acquire(socket, to, iov, tos);
   }
   if (id < 0) {
     Add(counters().send_drops);
@@ -471,6 +471,8 @@ void UringLoop::HandleRecv(const io_uring_cqe& cqe) {
       in_pktinfo info;
       std::memcpy(&info, CMSG_DATA(c), sizeof(info));
       r.datagram.dst = info.ipi_addr;
+    } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) {
+      r.datagram.tos = *CMSG_DATA(c);
     }
   }
   r.datagram.data = {static_cast<const uint8_t*>(io_uring_recvmsg_payload(out, &recv_msg_)),

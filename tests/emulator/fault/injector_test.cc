@@ -38,7 +38,7 @@ struct Sent {
 
 class FakeSink : public PacketSink {
  public:
-  void SendNow(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes) override {
+  void SendNow(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes, uint8_t) override {
     Record(true, bytes, port);
   }
   void Deliver(const net::Datagram& d) override {
