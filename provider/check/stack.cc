@@ -15,6 +15,8 @@
 
 #include <fmt/format.h>
 
+#include "provider/check/interpose/hook.h"
+
 namespace rdmaemu::check {
 namespace {
 
@@ -43,15 +45,16 @@ std::string_view Directory(std::string_view path) {
   return slash == std::string_view::npos ? std::string_view{} : path.substr(0, slash);
 }
 
-// rdmaemu's libraries: this one, and the librdmacm.so.1 built beside it,
-// whose frames also sit between the program and the checker.
+// rdmaemu's libraries: this one, and the librdmacm.so.1 and interposer
+// built beside it, whose frames also sit between the program and the checker.
 bool Ours(uintptr_t pc) {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(pc), &info) == 0) return false;
   if (info.dli_fbase == OwnObject().dli_fbase) return true;
   std::string_view file = info.dli_fname != nullptr ? info.dli_fname : "";
   std::string_view own = OwnObject().dli_fname != nullptr ? OwnObject().dli_fname : "";
-  return file.ends_with("/librdmacm.so.1") && Directory(file) == Directory(own);
+  if (Directory(file) != Directory(own)) return false;
+  return file.ends_with("/librdmacm.so.1") || file.ends_with(std::string("/") + kInterposerName);
 }
 
 }  // namespace

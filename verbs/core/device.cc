@@ -17,6 +17,7 @@
 #include "emulator/base/log.h"
 #include "provider/check/check.h"
 #include "provider/check/ops.h"
+#include "provider/check/registered.h"
 #include "provider/provider.h"
 #include "verbs/core/library.h"
 
@@ -208,6 +209,7 @@ int ibv_close_device(ibv_context* context) {
   verbs_context* vctx = ToVerbsContext(context);
   verbs_ex_private* priv = vctx->priv;
   const int cmd_fd = context->cmd_fd;
+  if (check::On()) check::ContextMemoryReleased(context);
   pthread_mutex_destroy(&context->mutex);
   provider::FreeContext(vctx);
   delete priv;

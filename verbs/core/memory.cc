@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "provider/check/check.h"
+#include "provider/check/registered.h"
 #include "provider/check/sends.h"
 #include "provider/provider.h"
 #include "verbs/core/library.h"
@@ -52,6 +53,7 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
   if (!LiveHandle(pd, Kind::kPd, "ibv_reg_mr")) return FailWith<ibv_mr>(kNoSuchObject);
   auto mr = provider::RegMr(pd, addr, length, iova, access);
   if (!mr.ok()) return FailWith<ibv_mr>(mr.status().code());
+  if (check::On()) check::MemoryRegistered(*mr, access);
   return *mr;
 }
 
@@ -68,7 +70,10 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
   // The man page: 0 on success, or an ibv_rereg_mr_err_code.
   int rc = CheckRereg(mr, flags, pd);
   if (rc == 0) rc = provider::ReregMr(mr, flags, pd, addr, length, access);
-  if (rc == 0) return 0;
+  if (rc == 0) {
+    if (check::On()) check::MemoryReregistered(mr, flags, static_cast<unsigned>(access));
+    return 0;
+  }
   errno = rc;
   return IBV_REREG_MR_ERR_INPUT;
 }
@@ -77,7 +82,9 @@ int ibv_dereg_mr(ibv_mr* mr) {
   if (!LiveHandle(mr, Kind::kMr, "ibv_dereg_mr")) return FailInt(kNoSuchObjectToDestroy);
   if (check::On()) check::Deregistering(mr);
   int rc = provider::DeregMr(mr);
-  return rc == 0 ? 0 : FailInt(rc);
+  if (rc != 0) return FailInt(rc);
+  if (check::On()) check::MemoryDeregistered(mr);  // only the pointer: the MR is gone
+  return 0;
 }
 
 }  // extern "C"
