@@ -33,6 +33,12 @@ has() {  # has NAME FILE REGEX
     sed 's/^/    /' "$2" | head -15
   fi
 }
+hasnt() {  # hasnt NAME FILE REGEX
+  if grep -qE -- "$3" "$2"; then
+    fail "$1: a line matches '$3' in $(basename "$2"):"
+    grep -E -- "$3" "$2" | sed 's/^/    /' | head -5
+  fi
+}
 empty() {  # empty NAME FILE
   if [[ -s "$2" ]]; then
     fail "$1: $(basename "$2") should be empty:"
@@ -120,10 +126,21 @@ if [[ $? -eq 0 || -s "$out" ]]; then
   # librdmacm.so.1 is built beside it (the tool's runfiles carry both), so a
   # program using the CM loads ours too.
   [[ -r "$first/librdmacm.so.1" ]] || fail "env_all: $first holds no librdmacm.so.1"
-  # The directory holds our libraries only: nothing else for ld.so to pick up.
-  others=$(ls "$first" | grep -E '\.so(\.|$)' | grep -vx -e 'libibverbs.so.1' -e 'librdmacm.so.1')
+  # The directory holds our libraries only: nothing else for ld.so to pick up
+  # (the checker's interposer is loaded only by name, through LD_PRELOAD).
+  others=$(ls "$first" | grep -E '\.so(\.|$)' |
+    grep -vx -e 'libibverbs.so.1' -e 'librdmacm.so.1' -e 'librdmaemu_interpose.so')
   [[ -z "$others" ]] || fail "env_all: $first holds other shared objects: $others"
+  hasnt env_all "$out" '^LD_PRELOAD=.*librdmaemu_interpose'
 fi
+# --check preloads the interposer from beside the library, after what
+# LD_PRELOAD held (AddressSanitizer's runtime must stay first).
+t env_check 0 env LD_PRELOAD=/old/pre.so "$tool" run --check --lib "$(dirname "$lib")" -- /usr/bin/env
+has env_check "$out" "^LD_PRELOAD=/old/pre.so:$(cd "$(dirname "$lib")" && pwd -P)/librdmaemu_interpose.so\$"
+has env_check "$out" '^RDMAEMU_CHECK=warn$'
+t env_check_off 0 "$tool" run --check=off --lib "$(dirname "$lib")" -- /usr/bin/env
+hasnt env_check_off "$out" '^LD_PRELOAD='
+
 # A relative --config becomes absolute, so the program may change directory.
 (cd "$tmp" && "$tool" run --config dev.conf -- /usr/bin/env) >"$tmp/rel.out" 2>&1
 has rel_config "$tmp/rel.out" "^RDMAEMU_CONFIG=$cfg\$"

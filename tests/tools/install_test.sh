@@ -6,7 +6,7 @@
 # it; the man pages render; the pkg-config file points at the prefix), and
 # the Debian package holds the same files under /usr, apart from rdma-core's,
 # with the dependencies of the binaries.
-#   install_test.sh TOOLS_INSTALL TOOLS_PACKAGE RDMAEMU LIBIBVERBS LIBRDMACM
+#   install_test.sh TOOLS_INSTALL TOOLS_PACKAGE RDMAEMU LIBIBVERBS LIBRDMACM INTERPOSER
 set -u
 install_sh="$1" package_sh="$2"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -17,13 +17,14 @@ check() { checks=$((checks + 1)); "$@" || fail "$*"; }
 
 from="$tmp/built"
 mkdir -p "$from"
-cp "$3" "$4" "$5" "$from/"
+cp "$3" "$4" "$5" "$6" "$from/"
 prefix="$tmp/prefix"
 if ! "$install_sh" --prefix "$prefix" --from "$from" >"$tmp/install.log" 2>&1; then
   fail "tools/install failed:"; sed 's/^/    /' "$tmp/install.log"
   echo "$checks checks, $failures failures"; exit 1
 fi
 for f in bin/rdmaemu lib/rdmaemu/libibverbs.so.1 lib/rdmaemu/librdmacm.so.1 \
+         lib/rdmaemu/librdmaemu_interpose.so \
          include/rdmaemu/rdmaemu.h lib/pkgconfig/rdmaemu.pc share/man/man1/rdmaemu.1 \
          share/man/man3/rdmaemu.3; do
   check test -r "$prefix/$f"
@@ -35,6 +36,11 @@ ld=$(cd / && emu run -- /usr/bin/env | sed -n 's/^LD_LIBRARY_PATH=\([^:]*\).*/\1
 checks=$((checks + 1))
 [[ "$ld" == "$prefix/lib/rdmaemu" ]] ||
   fail "rdmaemu run put '$ld' first on LD_LIBRARY_PATH, not $prefix/lib/rdmaemu"
+# --check preloads the installed interposer (freed-registered-memory).
+preload=$(cd / && emu run --check -- /usr/bin/env | sed -n 's/^LD_PRELOAD=//p')
+checks=$((checks + 1))
+[[ "$preload" == "$prefix/lib/rdmaemu/librdmaemu_interpose.so" ]] ||
+  fail "rdmaemu run --check set LD_PRELOAD to '$preload', not $prefix/lib/rdmaemu/librdmaemu_interpose.so"
 checks=$((checks + 1))
 emu devices >"$tmp/devices.out" 2>&1 && grep -q '^emu0 ' "$tmp/devices.out" ||
   { fail "the installed rdmaemu devices:"; sed 's/^/    /' "$tmp/devices.out"; }
@@ -74,6 +80,7 @@ fi
 if deb=$("$package_sh" --from "$from" --output "$tmp/deb" 2>"$tmp/package.err"); then
   dpkg-deb -c "$deb" | awk '{print $6}' | sed 's|^\./||' >"$tmp/deb.files"
   for f in usr/bin/rdmaemu usr/lib/rdmaemu/libibverbs.so.1 usr/lib/rdmaemu/librdmacm.so.1 \
+           usr/lib/rdmaemu/librdmaemu_interpose.so \
            usr/include/rdmaemu/rdmaemu.h usr/share/man/man1/rdmaemu.1; do
     checks=$((checks + 1))
     grep -qx "$f" "$tmp/deb.files" || fail "the package lacks /$f"

@@ -223,5 +223,20 @@ TEST_F(Locate, NotFoundSaysHowToFixIt) {
   EXPECT_NE(l.error.find((dir_ / "bin" / "verbs" / kLibraryName).string()), std::string::npos);
 }
 
+// rdmaemu run --check's LD_PRELOAD: the interposer after what was there
+// (AddressSanitizer's runtime must stay first), once, and by bare name where
+// the directory holds one of LD_PRELOAD's separators.
+TEST(WithInterposer, AppendsOnce) {
+  EXPECT_EQ(WithInterposer(nullptr, "/p/lib"), "/p/lib/librdmaemu_interpose.so");
+  EXPECT_EQ(WithInterposer("", "/p/lib"), "/p/lib/librdmaemu_interpose.so");
+  EXPECT_EQ(WithInterposer("libasan.so.8", "/p/lib"), "libasan.so.8:/p/lib/librdmaemu_interpose.so");
+  EXPECT_EQ(WithInterposer("a.so /p/lib/librdmaemu_interpose.so", "/p/lib"),
+            "a.so /p/lib/librdmaemu_interpose.so");
+  EXPECT_EQ(WithInterposer("/p/lib/librdmaemu_interpose.so.bak", "/p/lib"),
+            "/p/lib/librdmaemu_interpose.so.bak:/p/lib/librdmaemu_interpose.so");
+  EXPECT_EQ(WithInterposer(nullptr, "/my dir/lib"), "librdmaemu_interpose.so");
+  EXPECT_EQ(WithInterposer(nullptr, "/a:b"), "librdmaemu_interpose.so");
+}
+
 }  // namespace
 }  // namespace rdmaemu::cli

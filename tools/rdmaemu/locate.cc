@@ -80,6 +80,21 @@ LibraryLocation FindLibrary(const LibrarySearch& search) {
                       kLibraryName, kLibraryName, looked)};
 }
 
+std::string WithInterposer(const char* old, const std::string& dir) {
+  std::string entry = (fs::path(dir) / kInterposerName).string();
+  if (entry.find_first_of(" :") != std::string::npos) entry = kInterposerName;
+  std::string current = old != nullptr ? old : "";
+  // Entries are separated by spaces or colons.
+  size_t pos = 0;
+  while (pos <= current.size()) {
+    size_t end = current.find_first_of(" :", pos);
+    if (end == std::string::npos) end = current.size();
+    if (current.compare(pos, end - pos, entry) == 0) return current;
+    pos = end + 1;
+  }
+  return current.empty() ? entry : current + ":" + entry;
+}
+
 LibrarySearch CurrentSearch(const std::optional<std::string>& lib_option, const char* argv0) {
   LibrarySearch s;
   s.lib_option = lib_option;

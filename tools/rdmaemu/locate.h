@@ -8,6 +8,9 @@
 namespace rdmaemu::cli {
 
 inline constexpr const char* kLibraryName = "libibverbs.so.1";
+// The checker's free/realloc/munmap interposer, built and installed beside
+// kLibraryName (provider/check/interpose/hook.h names it too).
+inline constexpr const char* kInterposerName = "librdmaemu_interpose.so";
 
 struct LibrarySearch {
   std::optional<std::string> lib_option;  // --lib DIR (or the file itself)
@@ -29,6 +32,13 @@ struct LibraryLocation {
 // PREFIX/lib/rdmaemu/libibverbs.so.1) and `bazel-bin/verbs/`
 // (bazel-bin/tools/rdmaemu/rdmaemu -> bazel-bin/verbs/libibverbs.so.1).
 LibraryLocation FindLibrary(const LibrarySearch& search);
+
+// LD_PRELOAD's value with the interposer at `dir` added after what `old`
+// (LD_PRELOAD as it was, or NULL) holds: after, since AddressSanitizer's
+// runtime must come first. A directory with a space or colon (LD_PRELOAD's
+// separators) gives the bare name, which the loader then finds on
+// LD_LIBRARY_PATH, where `dir` comes first. Unchanged if already there.
+std::string WithInterposer(const char* old, const std::string& dir);
 
 // The search inputs of this process.
 LibrarySearch CurrentSearch(const std::optional<std::string>& lib_option, const char* argv0);

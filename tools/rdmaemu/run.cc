@@ -16,6 +16,25 @@
 #include "tools/rdmaemu/options.h"
 
 namespace rdmaemu::cli {
+namespace {
+
+// With the checker on (from --check or the caller's RDMAEMU_CHECK, as the
+// library reads it), the interposer beside the library goes on LD_PRELOAD so
+// that free/realloc/munmap of registered memory is seen.
+void PreloadInterposer(const std::string& lib_dir) {
+  const char* mode = std::getenv("RDMAEMU_CHECK");
+  if (mode == nullptr || *mode == '\0' || std::strcmp(mode, "off") == 0) return;
+  std::string path = lib_dir + "/" + kInterposerName;
+  if (::access(path.c_str(), R_OK) != 0) {
+    PrintError("run", fmt::format("warning: {} is missing, so free, realloc and munmap of "
+                                  "registered memory are not checked",
+                                  path));
+    return;
+  }
+  ::setenv("LD_PRELOAD", WithInterposer(std::getenv("LD_PRELOAD"), lib_dir).c_str(), 1);
+}
+
+}  // namespace
 
 std::string RunHelp() {
   return "Usage: rdmaemu run [OPTIONS] [--] PROGRAM [ARGS...]\n"
@@ -33,6 +52,8 @@ std::string RunHelp() {
          "\n"
          "The library is taken from --lib, else RDMAEMU_LIB, else the tool's Bazel\n"
          "runfiles, else bazel-bin/verbs/ next to the tool's own bazel-bin.\n"
+         "With the checker on, the librdmaemu_interpose.so beside it is added to\n"
+         "LD_PRELOAD, to check free, realloc and munmap of registered memory.\n"
          "\n"
          "Examples:\n"
          "  rdmaemu run -- ibv_devinfo -v\n"
@@ -63,6 +84,7 @@ int RunMain(std::span<const std::string> args, const char* argv0) {
   }
   ::setenv("LD_LIBRARY_PATH", path.c_str(), 1);
   ExportEnvironment(parsed);
+  PreloadInterposer(lib.dir);
 
   std::vector<char*> argv;
   for (const auto& a : parsed.operands) argv.push_back(const_cast<char*>(a.c_str()));

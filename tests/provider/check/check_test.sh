@@ -19,6 +19,7 @@ declare -A kind=(
   [ack_mismatch]=ack-mismatch
   [cq_too_small]=cq-too-small
   [dereg_in_flight]=dereg-in-flight
+  [freed_registered_memory]=freed-registered-memory
   [leak]=leak
   [send_buffer_changed]=send-buffer-changed
   [unarmed_wait]=unarmed-wait
