@@ -25,6 +25,7 @@ int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     *bad_wr = wr;
     return EINVAL;
   }
+  CqBudgetQueueUsed(qp, true);
   Stack where = CaptureStack();
   PostedSums* sums = SumSends(wr);
   *bad_wr = nullptr;
@@ -44,6 +45,7 @@ int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     *bad_wr = wr;
     return EINVAL;
   }
+  CqBudgetQueueUsed(qp, false);
   return g_post_recv(qp, wr, bad_wr);
 }
 

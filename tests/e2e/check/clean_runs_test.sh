@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# No false reports from the verbs checker: Debian's unmodified pingpongs and
+# perftest, correct programs, run as server and client through
+# `rdmaemu run --check=error` on one engine, must finish as they do without
+# the checker (exit 0, their result line) and print no `rdmaemu-check:` line
+# (a report, or the summary, which comes only after one).
+#   clean_runs_test.sh ENGINE RDMAEMU LIBIBVERBS
+set -u
+engine="$1"
+source "$(dirname "$0")/../e2e_lib.sh" "$2" "$3"
+need ibv_rc_pingpong ibv_srq_pingpong ibv_ud_pingpong ibv_uc_pingpong \
+  ib_write_bw ib_send_bw ib_read_bw
+
+port=$(( 20000 + RANDOM % 20000 ))
+# pair NAME RESULT_ERE PROGRAM ARGS...: server, then client to 127.0.0.1.
+pair() {
+  local name="$1" result="$2"
+  shift 2
+  port=$(( port + 1 ))
+  local base="$tmp/$engine.$name"
+  timeout 60 "$rdmaemu" run --lib "$lib" --engine "$engine" --check=error -- \
+    "$@" -p "$port" >"$base.server" 2>&1 &
+  local server=$!
+  sleep 0.5
+  checks=$((checks + 1))
+  timeout 60 "$rdmaemu" run --lib "$lib" --engine "$engine" --check=error -- \
+    "$@" -p "$port" 127.0.0.1 >"$base.client" 2>&1
+  local client_rc=$?
+  wait "$server"
+  local server_rc=$?
+  if (( client_rc != 0 || server_rc != 0 )) || ! grep -qE -- "$result" "$base.client" ||
+     grep -q 'rdmaemu-check:' "$base.client" "$base.server"; then
+    fail "$name ($engine): client exit $client_rc, server exit $server_rc"
+    echo "--- client:"; sed 's/^/    /' "$base.client" | head -40
+    echo "--- server:"; sed 's/^/    /' "$base.server" | head -40
+  else
+    echo "ok: $name ($engine)"
+  fi
+}
+
+pingpong='[0-9]+ iters in'
+pair rc_pingpong "$pingpong" ibv_rc_pingpong -g 0 -n 100 -s 4096 -c
+pair rc_pingpong_events "$pingpong" ibv_rc_pingpong -g 0 -n 100 -e -c
+pair rc_pingpong_new_api "$pingpong" ibv_rc_pingpong -g 0 -n 100 -N -c
+pair srq_pingpong "$pingpong" ibv_srq_pingpong -g 0 -n 100 -c
+pair ud_pingpong "$pingpong" ibv_ud_pingpong -g 0 -n 100 -s 1024 -c
+pair uc_pingpong "$pingpong" ibv_uc_pingpong -g 0 -n 100 -c
+# perftest's result table: a line starting with the size and the count.
+perf='^ *[0-9]+ +[0-9]+ '
+pair ib_write_bw "$perf" ib_write_bw -d emu0 -x 0 -n 200 -s 65536
+pair ib_send_bw "$perf" ib_send_bw -d emu0 -x 0 -n 200 -s 65536
+pair ib_read_bw "$perf" ib_read_bw -d emu0 -x 0 -n 200 -s 65536
+finish
