@@ -102,6 +102,16 @@ int QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init_attr
 // The QP's ibv_qp_ex if it was created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 // else NULL (as rdma-core's ibv_qp_to_qp_ex).
 ibv_qp_ex* QpToQpEx(ibv_qp* qp);
+
+// The WRs of the batch open on `qp` (between ibv_wr_start and
+// ibv_wr_complete), as ibv_post_send would take them, chained through
+// `next`: the checker wraps wr_complete with them. A WR whose data was
+// copied inline carries no SGE (nothing of the program's is read later).
+struct BatchSends {
+  std::vector<ibv_send_wr> wrs;
+  std::vector<ibv_sge> sges;
+};
+BatchSends OpenBatch(ibv_qp_ex* qp);
 // Two steps, as for CQs: Detach stops the engine using the QP; Free releases it.
 int DetachQp(ibv_qp* qp);
 void FreeQp(ibv_qp* qp);

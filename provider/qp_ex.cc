@@ -474,6 +474,32 @@ void InstallQpEx(Qp& qp, uint64_t send_ops_flags) {
   x.wr_set_sge_list = SetSgeList;
 }
 
+BatchSends OpenBatch(ibv_qp_ex* q) {
+  BatchSends out;
+  if (!QpOf(q).wr_batch) return out;
+  const WrBatch& b = BatchOf(q);
+  std::vector<size_t> first;
+  for (const WrBatch::Pending& p : b.wrs) {
+    ibv_send_wr wr = p.wr;
+    wr.next = nullptr;
+    wr.sg_list = nullptr;
+    first.push_back(out.sges.size());
+    const bool listed = wr.num_sge > 0 && p.first_sge + static_cast<size_t>(wr.num_sge) <= b.sges.size();
+    if (p.inline_copy || !listed) {
+      wr.num_sge = 0;
+    } else {
+      out.sges.insert(out.sges.end(), b.sges.begin() + static_cast<std::ptrdiff_t>(p.first_sge),
+                      b.sges.begin() + static_cast<std::ptrdiff_t>(p.first_sge + wr.num_sge));
+    }
+    out.wrs.push_back(wr);
+  }
+  for (size_t i = 0; i < out.wrs.size(); ++i) {
+    if (out.wrs[i].num_sge > 0) out.wrs[i].sg_list = out.sges.data() + first[i];
+    if (i + 1 < out.wrs.size()) out.wrs[i].next = &out.wrs[i + 1];
+  }
+  return out;
+}
+
 ibv_qp_ex* QpToQpEx(ibv_qp* qp) {
   Qp* q = ToQp(qp);
   return q->wr_batch ? &q->ibv : nullptr;

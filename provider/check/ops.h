@@ -15,8 +15,14 @@ namespace rdmaemu::check {
 // After the provider's InstallOps.
 void WrapOps(verbs_context* vctx);
 
+// After a CQ's creation: its ibv_start_poll and ibv_next_poll feed the send
+// tracking as ibv_poll_cq does.
+void WrapCqEx(ibv_cq_ex* cq);
+
 // `requested` as the program passed it (before the provider rounded the
-// capacities up); `qp` created from it, with `max_send_wr` send slots.
+// capacities up); `qp` created from it, with `max_send_wr` send slots. A QP
+// of the extended post API gets its wr_complete wrapped, so its batches are
+// tracked as ibv_post_send's chains are.
 void QpCreated(ibv_qp* qp, const ibv_qp_init_attr_ex& requested, uint32_t max_send_wr);
 // Before the provider frees it.
 void QpDestroyed(ibv_qp* qp);

@@ -31,6 +31,7 @@ struct Posted {
   uint64_t sum = 0;   // of the SGEs' bytes, in order
   std::vector<Sge> sges;
   std::shared_ptr<const Stack> posted;  // one per ibv_post_send call
+  const char* verb = "ibv_post_send";   // or ibv_wr_complete
 };
 
 struct SendQueue {
@@ -124,14 +125,14 @@ PostedSums* SumSends(const ibv_send_wr* wr) {
   return sums;
 }
 
-bool HasRoom(const ibv_qp* qp) {
+bool HasRoom(const ibv_qp* qp, size_t wrs) {
   std::lock_guard lock(g_mu);
   auto it = g_queues.find({qp->context, qp->qp_num});
-  return it == g_queues.end() || it->second.outstanding.size() < it->second.max_send_wr;
+  return it == g_queues.end() || it->second.outstanding.size() + wrs <= it->second.max_send_wr;
 }
 
 void AfterPostSend(const ibv_qp* qp, const ibv_send_wr* wr, int rc, const ibv_send_wr* bad_wr,
-                   PostedSums* sums, const Stack& where) {
+                   PostedSums* sums, const Stack& where, const char* verb) {
   std::unique_ptr<PostedSums> owned(sums);
   auto stack = std::make_shared<const Stack>(where);
   std::unique_lock lock(g_mu);
@@ -141,7 +142,7 @@ void AfterPostSend(const ibv_qp* qp, const ibv_send_wr* wr, int rc, const ibv_se
   size_t i = 0;
   for (; wr != nullptr && !(rc != 0 && wr == bad_wr); wr = wr->next, ++i) {
     Posted p{wr->wr_id, wr->opcode, q.sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED) != 0,
-             false, 0, {}, stack};
+             false, 0, {}, stack, verb};
     for (int s = 0; s < wr->num_sge; ++s) {
       p.sges.push_back({wr->sg_list[s].addr, wr->sg_list[s].length, wr->sg_list[s].lkey});
     }
@@ -157,11 +158,11 @@ void AfterPostSend(const ibv_qp* qp, const ibv_send_wr* wr, int rc, const ibv_se
   Stack first = *q.outstanding.front().posted;
   lock.unlock();
   Report(Kind::kUnsignaledSqFull,
-         fmt::format("ibv_post_send on qp#{} failed with ENOMEM: its send queue (max_send_wr {}) "
+         fmt::format("{} on qp#{} failed with ENOMEM: its send queue (max_send_wr {}) "
                      "holds {} WRs and none is signaled, so no completion will ever retire them "
                      "(a NIC frees send queue slots only when it writes a completion); post with "
                      "IBV_SEND_SIGNALED every so often (e.g. every max_send_wr/2 WRs) and poll it",
-                     qpn, max, n),
+                     verb, qpn, max, n),
          where, {{"the oldest outstanding unsignaled WR was posted here", first}});
 }
 
@@ -191,12 +192,12 @@ void SendCompleted(const ibv_context* context, const ibv_wc& wc) {
   }
   for (const Changed& c : changed) {
     Report(Kind::kSendBufferChanged,
-           fmt::format("qp#{} {}: its local memory changed between ibv_post_send and the "
+           fmt::format("qp#{} {}: its local memory changed between {} and the "
                        "completion that retired it; a NIC reads the buffer while it sends (and "
                        "again for a retransmission), so the peer may have received the old bytes, "
                        "the new ones or a mix: leave a send buffer alone until its completion is "
                        "polled",
-                       wc.qp_num, Describe(c.posted)),
+                       wc.qp_num, Describe(c.posted), c.posted.verb),
            CaptureStack(), {{"the WR was posted here", *c.posted.posted}});
   }
 }

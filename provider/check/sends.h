@@ -25,16 +25,18 @@ void ForgetQp(const ibv_qp* qp);
 // that retires its WR (an unsignaled WR's slot with the next signaled one);
 // the device here frees it when the WR is done. With the checker on the
 // post holds to the NIC's rule: false (and the post fails with ENOMEM) when
-// every slot holds a WR no polled completion has retired yet.
-bool HasRoom(const ibv_qp* qp);
+// every slot holds a WR no polled completion has retired yet (`wrs`: the
+// slots a batch of ibv_wr_* needs at once).
+bool HasRoom(const ibv_qp* qp, size_t wrs = 1);
 
 // After the provider's post_send returned `rc` for the chain `wr`
 // (`bad_wr` the first not posted when rc != 0). `before` are the checksums
 // SumSends took of the chain before posting, in order.
 struct PostedSums;
 PostedSums* SumSends(const ibv_send_wr* wr);
+// `verb` is what the program called: ibv_post_send, or ibv_wr_complete.
 void AfterPostSend(const ibv_qp* qp, const ibv_send_wr* wr, int rc, const ibv_send_wr* bad_wr,
-                   PostedSums* sums, const Stack& where);
+                   PostedSums* sums, const Stack& where, const char* verb = "ibv_post_send");
 
 // For each send-side completion polled from a CQ of `context`.
 void SendCompleted(const ibv_context* context, const ibv_wc& wc);

@@ -6,6 +6,7 @@
 
 #include "emulator/base/log.h"
 #include "provider/check/check.h"
+#include "provider/check/ops.h"
 #include "provider/provider.h"
 #include "provider/check/quarantine.h"
 #include "verbs/core/event_checks.h"
@@ -61,6 +62,7 @@ ibv_cq_ex* LibCreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   cq->channel = attr->channel;
   if (attr->channel != nullptr) ++attr->channel->refcnt;
   pthread_mutex_unlock(&context->mutex);
+  if (check::On()) check::WrapCqEx(*created);
   return *created;
 }
 

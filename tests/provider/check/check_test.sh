@@ -3,7 +3,7 @@
 # `rdmaemu run --check=error`, gets a report whose first line is
 # "rdmaemu-check: KIND: ...", is not crashed (no signal status), exits 86,
 # and under --check=warn exits with its own status; --check-report writes
-# JSON lines; the correct program prints nothing and exits 0; without
+# JSON lines; the correct programs print nothing and exit 0; without
 # --check the mistakes print no report.
 # Usage: check_test.sh ENGINE RDMAEMU LIBIBVERBS PROGRAM...
 set -u
@@ -19,11 +19,14 @@ declare -A kind=(
   [ack_mismatch]=ack-mismatch
   [cq_too_small]=cq-too-small
   [dereg_in_flight]=dereg-in-flight
+  [dereg_in_flight_ex]=dereg-in-flight
   [freed_registered_memory]=freed-registered-memory
   [leak]=leak
   [send_buffer_changed]=send-buffer-changed
+  [send_buffer_changed_ex]=send-buffer-changed
   [unarmed_wait]=unarmed-wait
   [unsignaled_sq_full]=unsignaled-sq-full
+  [unsignaled_sq_full_ex]=unsignaled-sq-full
   [use_after_destroy]=use-after-destroy
 )
 
@@ -35,7 +38,7 @@ run() {  # run MODE PROGRAM OUT ERR [extra options]: the exit status
 
 for prog in "$@"; do
   name="$(basename "$prog")"
-  if [[ "$name" == correct ]]; then
+  if [[ "$name" == correct || "$name" == correct_ex ]]; then
     checks=$((checks + 1))
     run --check=error "$prog" "$tmp/out" "$tmp/err"
     rc=$?

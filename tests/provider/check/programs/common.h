@@ -2,10 +2,13 @@
  * registered buffer, a CQ (optionally on a completion channel) and two RC
  * QPs connected to each other on port 1 of emu0. Each program then makes one
  * mistake. Any failure of the setup exits with status 3, so a test tells it
- * apart from the checker's 86. */
+ * apart from the checker's 86. The *_ex programs open the pair with
+ * open_pair_ex: the same helpers then post through ibv_wr_* and poll through
+ * ibv_start_poll. */
 #ifndef RDMAEMU_TESTS_CHECK_COMMON_H_
 #define RDMAEMU_TESTS_CHECK_COMMON_H_
 
+#include <errno.h>
 #include <infiniband/verbs.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,6 +23,8 @@ struct pair {
   struct ibv_mr *mr;
   char *buf;
   struct ibv_qp *a, *b;
+  struct ibv_cq_ex *cqx; /* open_pair_ex: the CQ, polled with ibv_start_poll */
+  struct ibv_qp_ex *ax;  /* open_pair_ex: qp a, posted to with ibv_wr_* */
 };
 
 static inline void die(const char *what) {
@@ -62,20 +67,25 @@ static inline void to_rts(struct ibv_qp *qp, uint32_t peer, union ibv_gid gid) {
 }
 
 static inline struct ibv_qp *create_rc(struct pair *p, uint32_t send_wr, uint32_t recv_wr) {
-  struct ibv_qp_init_attr a;
+  struct ibv_qp_init_attr_ex a;
   memset(&a, 0, sizeof a);
   a.send_cq = a.recv_cq = p->cq;
   a.qp_type = IBV_QPT_RC;
   a.cap.max_send_wr = send_wr;
   a.cap.max_recv_wr = recv_wr;
   a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-  struct ibv_qp *qp = ibv_create_qp(p->pd, &a);
-  if (!qp) die("ibv_create_qp");
+  a.comp_mask = IBV_QP_INIT_ATTR_PD;
+  a.pd = p->pd;
+  if (p->cqx) {
+    a.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    a.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE;
+  }
+  struct ibv_qp *qp = ibv_create_qp_ex(p->ctx, &a);
+  if (!qp) die("ibv_create_qp_ex");
   return qp;
 }
 
-/* cqe entries; with_channel: the CQ completes onto a channel. */
-static inline void open_pair(struct pair *p, int cqe, int with_channel) {
+static inline void open_pair_with(struct pair *p, int cqe, int with_channel, int extended) {
   memset(p, 0, sizeof *p);
   struct ibv_device **list = ibv_get_device_list(NULL);
   if (!list || !list[0]) die("ibv_get_device_list");
@@ -88,15 +98,38 @@ static inline void open_pair(struct pair *p, int cqe, int with_channel) {
     p->channel = ibv_create_comp_channel(p->ctx);
     if (!p->channel) die("ibv_create_comp_channel");
   }
-  p->cq = ibv_create_cq(p->ctx, cqe, NULL, p->channel, 0);
-  if (!p->cq) die("ibv_create_cq");
+  if (extended) {
+    struct ibv_cq_init_attr_ex attr;
+    memset(&attr, 0, sizeof attr);
+    attr.cqe = cqe;
+    attr.channel = p->channel;
+    attr.wc_flags = IBV_WC_EX_WITH_QP_NUM;
+    p->cqx = ibv_create_cq_ex(p->ctx, &attr);
+    if (!p->cqx) die("ibv_create_cq_ex");
+    p->cq = ibv_cq_ex_to_cq(p->cqx);
+  } else {
+    p->cq = ibv_create_cq(p->ctx, cqe, NULL, p->channel, 0);
+    if (!p->cq) die("ibv_create_cq");
+  }
   p->buf = calloc(1, 4096);
   p->mr = ibv_reg_mr(p->pd, p->buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (!p->mr) die("ibv_reg_mr");
 }
 
+/* cqe entries; with_channel: the CQ completes onto a channel. */
+static inline void open_pair(struct pair *p, int cqe, int with_channel) {
+  open_pair_with(p, cqe, with_channel, 0);
+}
+
+/* open_pair for the extended API: ibv_create_cq_ex, and QPs that post through ibv_wr_*. */
+static inline void open_pair_ex(struct pair *p, int cqe) { open_pair_with(p, cqe, 0, 1); }
+
 static inline void connect_pair(struct pair *p, uint32_t send_wr, uint32_t recv_wr) {
   p->a = create_rc(p, send_wr, recv_wr);
+  if (p->cqx) {
+    p->ax = ibv_qp_to_qp_ex(p->a);
+    if (!p->ax) die("ibv_qp_to_qp_ex");
+  }
   p->b = create_rc(p, send_wr, recv_wr);
   union ibv_gid gid;
   if (ibv_query_gid(p->ctx, 1, 0, &gid)) die("ibv_query_gid");
@@ -106,6 +139,14 @@ static inline void connect_pair(struct pair *p, uint32_t send_wr, uint32_t recv_
 
 /* An RDMA WRITE of buf[0, len) to buf[2048, ...) through qp a. */
 static inline int post_write(struct pair *p, uint64_t wr_id, uint32_t len, int signaled) {
+  if (p->ax) {
+    ibv_wr_start(p->ax);
+    p->ax->wr_id = wr_id;
+    p->ax->wr_flags = signaled ? IBV_SEND_SIGNALED : 0;
+    ibv_wr_rdma_write(p->ax, p->mr->rkey, (uintptr_t)p->buf + 2048);
+    ibv_wr_set_sge(p->ax, p->mr->lkey, (uintptr_t)p->buf, len);
+    return ibv_wr_complete(p->ax);
+  }
   struct ibv_sge sge = {(uintptr_t)p->buf, len, p->mr->lkey};
   struct ibv_send_wr wr, *bad;
   memset(&wr, 0, sizeof wr);
@@ -122,7 +163,21 @@ static inline int post_write(struct pair *p, uint64_t wr_id, uint32_t len, int s
 /* The next completion, or exit 3 after ~5 s. */
 static inline struct ibv_wc wait_wc(struct pair *p) {
   struct ibv_wc wc;
-  for (long i = 0; i < 5000000; ++i) {
+  memset(&wc, 0, sizeof wc);
+  for (long i = 0; i < 5000000 && p->cqx; ++i) {
+    struct ibv_poll_cq_attr attr;
+    memset(&attr, 0, sizeof attr);
+    int rc = ibv_start_poll(p->cqx, &attr);
+    if (rc == ENOENT) continue;
+    if (rc) die("ibv_start_poll");
+    wc.wr_id = p->cqx->wr_id;
+    wc.status = p->cqx->status;
+    wc.opcode = ibv_wc_read_opcode(p->cqx);
+    wc.qp_num = ibv_wc_read_qp_num(p->cqx);
+    ibv_end_poll(p->cqx);
+    return wc;
+  }
+  for (long i = 0; i < 5000000 && !p->cqx; ++i) {
     int n = ibv_poll_cq(p->cq, 1, &wc);
     if (n < 0) die("ibv_poll_cq");
     if (n == 1) return wc;
