@@ -35,6 +35,7 @@
 #include "emulator/net/udp_socket.h"
 #include "emulator/objects/directory.h"
 #include "emulator/objects/mr.h"
+#include "emulator/objects/mw.h"
 
 namespace rdmaemu::device {
 
@@ -184,6 +185,7 @@ class Device {
   Result<net::UdpSocket> TakeSocket(int port);
 
   objects::MrTable& mrs() { return mrs_; }
+  objects::MwTable& mws() { return mws_; }
   // The device's QPs, CQs, SRQs and WQs by number, for the control plane.
   objects::Directory& directory() { return directory_; }
 
@@ -218,6 +220,7 @@ class Device {
   int next_listener_id_ = 1;
 
   objects::MrTable mrs_;
+  objects::MwTable mws_;
   objects::Directory directory_;
 };
 

@@ -39,6 +39,9 @@ struct Mr {
   uint8_t* addr = nullptr;
   uint64_t length = 0;
   uint32_t access = 0;
+  // A memory window's view (mw.h): remote access through it comes only
+  // through this QP (a type 2 window is the QP's it was bound on); 0 = any.
+  uint32_t bound_qpn = 0;
 
   // True when [iova, iova+len) lies inside the region (overflow-safe).
   bool Contains(uint64_t start, uint64_t len) const;
