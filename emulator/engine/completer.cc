@@ -67,7 +67,7 @@ void Engine::AckUpTo(Qp& qp, uint32_t psn) {
   }
   while (!qp.inflight.empty()) {
     Inflight& f = qp.inflight.front();
-    if (f.packets == 0) {
+    if (FailedAtAdmission(f)) {
       FailQp(qp, static_cast<objects::WcStatus>(f.read_bytes), "a work request failed locally");
       return;
     }

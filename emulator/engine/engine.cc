@@ -126,6 +126,10 @@ objects::WcOpcode CompletionOpcode(SendOp op) {
       return objects::WcOpcode::kCompSwap;
     case SendOp::kFetchAdd:
       return objects::WcOpcode::kFetchAdd;
+    case SendOp::kBindMw:
+      return objects::WcOpcode::kBindMw;
+    case SendOp::kLocalInv:
+      return objects::WcOpcode::kLocalInv;
   }
   return objects::WcOpcode::kSend;
 }

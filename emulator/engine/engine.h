@@ -217,6 +217,9 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // Starts at most `limit` posted WQEs; returns how many it started.
   size_t AdmitWqes(Qp& qp, size_t limit);
   void SendRequest(Qp& qp, Inflight& f, uint32_t psn);
+  // Executes a bind or local invalidate (qp.mu held); the status its
+  // completion gets (MW_BIND_ERR, LOC_QP_OP_ERR), with a line saying why.
+  objects::WcStatus ExecuteLocalOp(Qp& qp, const SendWqe& w);
   // Go-back-N: every request from `psn` on is sent again.
   void RetransmitFrom(Qp& qp, uint32_t psn);
   // Asks again for the response of a READ or atomic whose response was lost,
@@ -264,6 +267,12 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   void ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std::string& why,
                       std::optional<objects::WcStatus> recv_status = std::nullopt);
   void AnswerRead(Qp& qp, const ReplayEntry& r, uint32_t from_psn);
+  // The region or bound memory window an rkey names (nullptr if none).
+  std::shared_ptr<const objects::Mr> RemoteRegion(uint32_t rkey);
+  // Why the QP may not access [va, +len) of `mr` with `need` (an
+  // objects::Access bit), or "" when it may. `mr` may be nullptr.
+  std::string RemoteRefusal(const Qp& qp, const objects::Mr* mr, uint32_t rkey, uint32_t need,
+                            uint64_t va, uint64_t len);
 
   const std::shared_ptr<device::Device> device_;
   std::unique_ptr<net::Loop> loop_;

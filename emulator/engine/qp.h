@@ -97,7 +97,15 @@ struct Inflight {
   // the same and fails with this status when its response arrives, where a
   // NIC finds it (writing the response); a remote error found first wins.
   objects::WcStatus local_error = objects::WcStatus::kSuccess;
+  // A bind or local invalidate that was executed at admission: it has no
+  // packets and completes, in order, once every WQE ahead of it has.
+  bool local_op = false;
 };
+
+// A WQE that failed its local checks at admission (no packets, not a local
+// operation): it completes with its error, read_bytes holding the status,
+// when it reaches the front.
+inline bool FailedAtAdmission(const Inflight& f) { return f.packets == 0 && !f.local_op; }
 
 // Kept by the responder so that a duplicate READ or atomic is answered
 // again rather than executed twice (IBA 9.7.5.2.1).

@@ -96,6 +96,7 @@ void Engine::Progress(Qp& qp, Clock::time_point now) {
     qp.sqd_admit -= AdmitWqes(qp, qp.sqd_admit);
   }
   for (Inflight& f : qp.inflight) {
+    if (f.local_op) continue;  // executed at admission; nothing to send
     if (f.packets == 0) break;  // a WQE that failed locally: nothing after it goes out
     const uint32_t last = LastRequestPsn(f);
     while (wire::PsnDiff(f.next_psn, last) <= 0) {
@@ -110,8 +111,8 @@ void Engine::Progress(Qp& qp, Clock::time_point now) {
   if (qp.type == QpType::kUc) {
     while (!qp.inflight.empty() && qp.inflight.front().sent) {
       const Inflight& f = qp.inflight.front();
-      if (f.packets == 0) {
-        FailQp(qp, static_cast<objects::WcStatus>(f.read_bytes), "a local protection error");
+      if (FailedAtAdmission(f)) {
+        FailQp(qp, static_cast<objects::WcStatus>(f.read_bytes), "a work request failed locally");
         return;
       }
       CompleteFront(qp, objects::WcStatus::kSuccess);
@@ -122,9 +123,13 @@ void Engine::Progress(Qp& qp, Clock::time_point now) {
   // A WQE that failed locally completes when it reaches the front, after
   // the ACKs of those ahead of it (AckUpTo); at the front already, no ACK
   // will ever come for it: it fails now, as a NIC's would.
-  if (!qp.inflight.empty() && qp.inflight.front().packets == 0) {
+  // A bind or local invalidate at the front has nothing left to wait for.
+  while (!qp.inflight.empty() && qp.inflight.front().local_op) {
+    CompleteFront(qp, objects::WcStatus::kSuccess);
+  }
+  if (!qp.inflight.empty() && FailedAtAdmission(qp.inflight.front())) {
     FailQp(qp, static_cast<objects::WcStatus>(qp.inflight.front().read_bytes),
-           "a local protection error");
+           "a work request failed locally");
     return;
   }
   if (!qp.inflight.empty()) active_.insert(qp.qpn);
@@ -166,6 +171,22 @@ size_t Engine::AdmitWqes(Qp& qp, size_t limit) {
     Inflight f;
     f.wqe = std::move(w);
     qp.sq.pop_front();
+    if (IsLocalOp(f.wqe.op)) {
+      // Executed now, after every WQE ahead of it has started, and without
+      // a PSN: it completes once they have (Progress, AckUpTo).
+      const objects::WcStatus status = ExecuteLocalOp(qp, f.wqe);
+      f.first_psn = f.next_psn = qp.next_send_psn;
+      f.last_psn = wire::PsnAdd(f.first_psn, -1);
+      f.packets = 0;
+      if (status != objects::WcStatus::kSuccess) {
+        f.read_bytes = static_cast<uint64_t>(status);
+        qp.inflight.push_back(std::move(f));
+        return admitted + 1;
+      }
+      f.local_op = f.sent = f.done = true;
+      qp.inflight.push_back(std::move(f));
+      continue;
+    }
     objects::WcStatus local = f.wqe.is_inline ? objects::WcStatus::kSuccess
                                               : CheckSges(qp, f.wqe.sges, rd);
     const bool atomic = f.wqe.op == SendOp::kCompareSwap || f.wqe.op == SendOp::kFetchAdd;
@@ -203,6 +224,41 @@ size_t Engine::AdmitWqes(Qp& qp, size_t limit) {
     qp.inflight.push_back(std::move(f));
   }
   return admitted;
+}
+
+objects::WcStatus Engine::ExecuteLocalOp(Qp& qp, const SendWqe& w) {
+  if (w.op == SendOp::kBindMw) {
+    objects::BindRequest r = w.bind;
+    r.qp_pd = qp.pd;
+    r.qpn = qp.qpn;
+    Status s = device_->mws().Bind(r, device_->mrs());
+    if (!s.ok()) {
+      RDMAEMU_WARN_LIMITED("{} qp#{} WR {}: binding the memory window failed: {}: "
+                           "IBV_WC_MW_BIND_ERR",
+                           device_->name(), qp.qpn, w.wr_id, s.message());
+      return objects::WcStatus::kMwBindErr;
+    }
+    if (DebugOn()) {
+      Log().debug("{} qp#{} WR {} BIND_MW: rkey {:#x} now grants {:#x} on [{:#x}, +{}) of lkey {:#x}",
+                  device_->name(), qp.qpn, w.wr_id, r.new_rkey, r.access, r.addr, r.length,
+                  r.mr_lkey);
+    }
+    return objects::WcStatus::kSuccess;
+  }
+  Status s = device_->mws().Invalidate(w.invalidate_rkey, qp.pd, 0);
+  if (!s.ok()) {
+    // As rxe: a local invalidate the device cannot perform is a local QP
+    // operation error.
+    RDMAEMU_WARN_LIMITED("{} qp#{} WR {}: LOCAL_INV of rkey {:#x} failed: {}{}: IBV_WC_LOC_QP_OP_ERR",
+                         device_->name(), qp.qpn, w.wr_id, w.invalidate_rkey, s.message(),
+                         s.code() == ENOENT ? " (regions of ibv_reg_mr cannot be invalidated)" : "");
+    return objects::WcStatus::kLocQpOpErr;
+  }
+  if (DebugOn()) {
+    Log().debug("{} qp#{} WR {} LOCAL_INV: rkey {:#x} invalidated", device_->name(), qp.qpn, w.wr_id,
+                w.invalidate_rkey);
+  }
+  return objects::WcStatus::kSuccess;
 }
 
 void Engine::SendRequest(Qp& qp, Inflight& f, uint32_t psn) {
@@ -283,6 +339,9 @@ void Engine::SendRequest(Qp& qp, Inflight& f, uint32_t psn) {
       p.atomic_eth.swap_add = w.op == SendOp::kCompareSwap ? w.swap : w.compare_add;
       p.atomic_eth.compare = w.compare_add;
       break;
+    case SendOp::kBindMw:
+    case SendOp::kLocalInv:
+      return;  // local operations send nothing (Progress never asks)
   }
   if (f.sent) Count(&qp, &Counters::retransmissions);
   Transmit(&qp, p, wire::Gather(&payload, 1), qp.attrs.dest_ip);
@@ -290,6 +349,7 @@ void Engine::SendRequest(Qp& qp, Inflight& f, uint32_t psn) {
 
 void Engine::RetransmitFrom(Qp& qp, uint32_t psn) {
   for (Inflight& f : qp.inflight) {
+    if (f.local_op) continue;
     if (f.packets == 0) break;
     if (f.done || wire::PsnDiff(LastRequestPsn(f), psn) < 0) continue;
     f.next_psn = wire::PsnDiff(psn, f.first_psn) > 0 ? psn : f.first_psn;

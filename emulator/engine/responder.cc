@@ -85,16 +85,44 @@ void Engine::ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std:
   EnterError(qp);
 }
 
+std::shared_ptr<const objects::Mr> Engine::RemoteRegion(uint32_t rkey) {
+  return objects::IsWindowKey(rkey) ? device_->mws().FindByRkey(rkey) : device_->mrs().FindByRkey(rkey);
+}
+
+std::string Engine::RemoteRefusal(const Qp& qp, const objects::Mr* mr, uint32_t rkey, uint32_t need,
+                                  uint64_t va, uint64_t len) {
+  const bool window = objects::IsWindowKey(rkey);
+  const char* right = need == objects::kRemoteWrite  ? "IBV_ACCESS_REMOTE_WRITE"
+                      : need == objects::kRemoteRead ? "IBV_ACCESS_REMOTE_READ"
+                                                     : "IBV_ACCESS_REMOTE_ATOMIC";
+  if (mr == nullptr) {
+    return window ? "it names no bound memory window (never bound, invalidated, unbound, rebound "
+                    "under a new key or deallocated)"
+                  : "it names no memory region (a wrong key, or deregistered)";
+  }
+  const char* what = window ? "the memory window" : "the memory region";
+  if (mr->pd != qp.pd) return fmt::format("{} belongs to another PD than the QP", what);
+  if (mr->bound_qpn != 0 && mr->bound_qpn != qp.qpn) {
+    return fmt::format("the type 2 window was bound through qp#{}, and only that QP may use it",
+                       mr->bound_qpn);
+  }
+  if (!(mr->access & need)) return fmt::format("{} does not grant {}", what, right);
+  if (!mr->Contains(va, len)) {
+    return fmt::format("[{:#x}, +{}) is outside {} [{:#x}, +{})", va, len, what, mr->iova, mr->length);
+  }
+  return "";
+}
+
 void Engine::AnswerRead(Qp& qp, const ReplayEntry& r, uint32_t from_psn) {
   using wire::Opcode;
   const uint32_t mtu = qp.attrs.path_mtu;
   const uint32_t count = static_cast<uint32_t>(wire::PsnDiff(r.last_psn, r.psn)) + 1;
   std::shared_ptr<const objects::Mr> mr;
   if (r.length > 0) {
-    mr = device_->mrs().FindByRkey(r.rkey);
+    mr = RemoteRegion(r.rkey);
     if (!mr || !mr->Contains(r.va, r.length)) {
       ResponderError(qp, wire::NakCode::kRemoteAccessError, from_psn,
-                     "the memory region of a READ was deregistered before it was answered");
+                     "the memory region or window of a READ went away before it was answered");
       return;
     }
   }
@@ -234,6 +262,28 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
                      objects::WcStatus::kLocLenErr);
       return;
     }
+    if (packet.Has(wire::kIethMask) && objects::IsWindowKey(packet.ieth().rkey())) {
+      // SEND with invalidate naming a memory window: the window is
+      // invalidated as the message is delivered. One the
+      // responder cannot invalidate fails the message: the receive
+      // completes in error and the sender is NAKed, as rxe does.
+      Status s = device_->mws().Invalidate(packet.ieth().rkey(), qp.pd, qp.qpn);
+      if (!s.ok()) {
+        ResponderError(qp, wire::NakCode::kInvalidRequest, psn,
+                       fmt::format("SEND with invalidate of rkey {:#x}: {}", packet.ieth().rkey(),
+                                   s.message()),
+                       objects::WcStatus::kRemInvReqErr);
+        return;
+      }
+      if (DebugOn()) {
+        Log().debug("{} qp#{}: SEND with invalidate: rkey {:#x} invalidated", device_->name(),
+                    qp.qpn, packet.ieth().rkey());
+      }
+    } else if (packet.Has(wire::kIethMask) && DebugOn()) {
+      Log().debug("{} qp#{}: SEND with invalidate of rkey {:#x}, which names no memory window: "
+                  "delivered, nothing invalidated (regions of ibv_reg_mr cannot be)",
+                  device_->name(), qp.qpn, packet.ieth().rkey());
+    }
     ScatterRange(qp.recv.sges, qp.recv_offset, data);
     qp.recv_offset += data.size();
     if (packet.Has(wire::kLastMask)) {
@@ -267,13 +317,13 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
       const auto reth = packet.reth();
       qp.write_mr.reset();
       if (reth.dma_length() > 0) {
-        auto mr = device_->mrs().FindByRkey(reth.rkey());
-        if (!mr || mr->pd != qp.pd || !(mr->access & objects::kRemoteWrite) ||
-            !mr->Contains(reth.va(), reth.dma_length())) {
+        auto mr = RemoteRegion(reth.rkey());
+        std::string refused = RemoteRefusal(qp, mr.get(), reth.rkey(), objects::kRemoteWrite,
+                                            reth.va(), reth.dma_length());
+        if (!refused.empty()) {
           ResponderError(qp, wire::NakCode::kRemoteAccessError, psn,
-                         fmt::format("RDMA WRITE to [{:#x}, +{}) with rkey {:#x}: no memory region of "
-                                     "the QP's PD grants remote write there",
-                                     reth.va(), reth.dma_length(), reth.rkey()));
+                         fmt::format("RDMA WRITE to [{:#x}, +{}) with rkey {:#x} refused: {}",
+                                     reth.va(), reth.dma_length(), reth.rkey(), refused));
           return;
         }
         qp.write_mr = std::move(mr);
@@ -312,9 +362,10 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
     if (!data.empty()) {
       // The region may have been deregistered since the FIRST packet; after
       // ibv_dereg_mr returns the device must not touch that memory again.
-      if (device_->mrs().FindByRkey(qp.write_mr->rkey) != qp.write_mr) {
+      if (RemoteRegion(qp.write_mr->rkey) != qp.write_mr) {
         ResponderError(qp, wire::NakCode::kRemoteAccessError, psn,
-                       "the memory region of an RDMA WRITE in progress was deregistered");
+                       "the memory region of an RDMA WRITE in progress was deregistered (or its "
+                       "window invalidated, rebound or deallocated)");
         return;
       }
       std::memcpy(qp.write_mr->HostAddress(qp.write_va), data.data(), data.size());
@@ -347,13 +398,13 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
     }
     const auto reth = packet.reth();
     if (reth.dma_length() > 0) {
-      auto mr = device_->mrs().FindByRkey(reth.rkey());
-      if (!mr || mr->pd != qp.pd || !(mr->access & objects::kRemoteRead) ||
-          !mr->Contains(reth.va(), reth.dma_length())) {
+      auto mr = RemoteRegion(reth.rkey());
+      std::string refused = RemoteRefusal(qp, mr.get(), reth.rkey(), objects::kRemoteRead, reth.va(),
+                                          reth.dma_length());
+      if (!refused.empty()) {
         ResponderError(qp, wire::NakCode::kRemoteAccessError, psn,
-                       fmt::format("RDMA READ of [{:#x}, +{}) with rkey {:#x}: no memory region of "
-                                   "the QP's PD grants remote read there",
-                                   reth.va(), reth.dma_length(), reth.rkey()));
+                       fmt::format("RDMA READ of [{:#x}, +{}) with rkey {:#x} refused: {}", reth.va(),
+                                   reth.dma_length(), reth.rkey(), refused));
         return;
       }
     }
@@ -384,12 +435,12 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
                      fmt::format("atomic address {:#x} is not 8-byte aligned", a.va()));
       return;
     }
-    auto mr = device_->mrs().FindByRkey(a.rkey());
-    if (!mr || mr->pd != qp.pd || !(mr->access & objects::kRemoteAtomic) || !mr->Contains(a.va(), 8)) {
+    auto mr = RemoteRegion(a.rkey());
+    std::string refused = RemoteRefusal(qp, mr.get(), a.rkey(), objects::kRemoteAtomic, a.va(), 8);
+    if (!refused.empty()) {
       ResponderError(qp, wire::NakCode::kRemoteAccessError, psn,
-                     fmt::format("atomic on {:#x} with rkey {:#x}: no memory region of the QP's PD "
-                                 "grants remote atomics there",
-                                 a.va(), a.rkey()));
+                     fmt::format("atomic on {:#x} with rkey {:#x} refused: {}", a.va(), a.rkey(),
+                                 refused));
       return;
     }
     auto* target = reinterpret_cast<uint64_t*>(mr->HostAddress(a.va()));

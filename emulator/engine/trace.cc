@@ -18,6 +18,8 @@ std::string_view SendOpName(SendOp op) {
     case SendOp::kRdmaRead: return "RDMA_READ";
     case SendOp::kCompareSwap: return "ATOMIC_CMP_AND_SWP";
     case SendOp::kFetchAdd: return "ATOMIC_FETCH_AND_ADD";
+    case SendOp::kBindMw: return "BIND_MW";
+    case SendOp::kLocalInv: return "LOCAL_INV";
   }
   return "?";
 }

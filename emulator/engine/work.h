@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "emulator/objects/mw.h"
+
 namespace rdmaemu::engine {
 
 struct Sge {
@@ -15,7 +17,12 @@ struct Sge {
 enum class SendOp : uint8_t {
   kSend, kSendWithImm, kSendWithInv, kRdmaWrite, kRdmaWriteWithImm, kRdmaRead,
   kCompareSwap, kFetchAdd,
+  // Local operations: the device executes them when it reaches them in the
+  // send queue; no packet leaves.
+  kBindMw, kLocalInv,
 };
+
+inline bool IsLocalOp(SendOp op) { return op == SendOp::kBindMw || op == SendOp::kLocalInv; }
 
 // Where a UD send goes (the AH, resolved by the provider).
 struct UdDestination {
@@ -33,7 +40,8 @@ struct SendWqe {
   bool fence = false;
   bool is_inline = false;
   uint32_t imm_data = 0;  // network order, as the application wrote it
-  uint32_t invalidate_rkey = 0;
+  uint32_t invalidate_rkey = 0;  // SEND with invalidate, LOCAL_INV
+  objects::BindRequest bind;     // kBindMw (qp_pd and qpn are the engine's to fill)
   std::vector<Sge> sges;
   std::vector<uint8_t> inline_data;
   uint64_t remote_addr = 0;
