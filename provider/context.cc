@@ -135,7 +135,8 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
                        IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_UD_AV_PORT_ENFORCE |
                        IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
                        IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE |
-                       IBV_DEVICE_AUTO_PATH_MIG;
+                       IBV_DEVICE_AUTO_PATH_MIG | IBV_DEVICE_MEM_WINDOW |
+                       IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   o.max_sge = device::kMaxSge;
   o.max_sge_rd = device::kMaxSgeRd;
   o.max_cq = device::kMaxCq;
@@ -146,7 +147,7 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
   o.max_res_rd_atom = device::kMaxResRdAtom;
   o.max_qp_init_rd_atom = device::kMaxQpRdAtom;
   o.atomic_cap = IBV_ATOMIC_HCA;
-  o.max_mw = 0;
+  o.max_mw = device::kMaxMw;
   o.max_mcast_grp = device::kMaxMcastGrp;
   o.max_mcast_qp_attach = device::kMaxMcastQpAttach;
   o.max_total_mcast_qp_attach = device::kMaxMcastGrp * device::kMaxMcastQpAttach;
@@ -279,6 +280,7 @@ void InstallOps(verbs_context* vctx) {
   InstallCqOps(vctx);
   InstallQpOps(vctx);
   InstallSrqOps(vctx);
+  InstallMwOps(vctx);
 }
 
 int SetPortState(ibv_context* context, uint8_t port, ibv_port_state state) {

@@ -14,7 +14,7 @@
 
 namespace rdmaemu::provider {
 
-enum class Kind { kContext, kPd, kMr, kCq, kCompChannel, kQp, kSrq, kAh, kWq, kRwqIndTable };
+enum class Kind { kContext, kPd, kMr, kCq, kCompChannel, kQp, kSrq, kAh, kWq, kRwqIndTable, kMw };
 
 // "PD", "CQ", "completion channel", ...: what log lines call a kind.
 const char* KindName(Kind kind);

@@ -53,8 +53,8 @@ Result<ibv_pd*> AllocPd(ibv_context* context) {
 
 int DeallocPd(ibv_pd* ibv) {
   if (int users = ToPd(ibv)->users.load(); users != 0) {
-    Log().warn("ibv_dealloc_pd: {} memory region(s), QP(s), SRQ(s), WQ(s) or address handle(s) "
-               "still use the PD; destroy them first", users);
+    Log().warn("ibv_dealloc_pd: {} memory region(s) or window(s), QP(s), SRQ(s), WQ(s) or address "
+               "handle(s) still use the PD; destroy them first", users);
     return EBUSY;
   }
   RemoveHandle(ibv);
@@ -113,9 +113,17 @@ int ReregMr(ibv_mr* ibv, int flags, ibv_pd* pd, void* addr, size_t length, int a
   uint64_t iova = (flags & IBV_REREG_MR_CHANGE_TRANSLATION)
                       ? reinterpret_cast<uintptr_t>(addr)
                       : mr->mr->iova;
+  // The windows bound to the region would keep its old translation: a
+  // region with bound windows stays as it is.
+  auto& windows = ContextOf(ibv->pd)->device->mws();
+  if (Status busy = windows.BeginDeregister(mr->mr->lkey); !busy.ok()) {
+    Log().warn("ibv_rereg_mr(mr lkey {:#x}): {}", mr->mr->lkey, busy.message());
+    return busy.code();
+  }
   auto& table = ContextOf(ibv->pd)->device->mrs();
   auto fresh = table.Reregister(mr->mr->lkey, ToPd(new_pd)->handle, new_addr, new_len, iova,
                                 new_access & kIbvKnownAccess & ~IBV_ACCESS_RELAXED_ORDERING);
+  windows.EndDeregister(mr->mr->lkey);
   if (!fresh.ok()) {
     Log().warn("ibv_rereg_mr: {}", fresh.status().message());
     return fresh.status().code();
@@ -135,7 +143,16 @@ int ReregMr(ibv_mr* ibv, int flags, ibv_pd* pd, void* addr, size_t length, int a
 
 int DeregMr(ibv_mr* ibv) {
   Mr* mr = ToMr(ibv);
-  Status s = ContextOf(ibv->pd)->device->mrs().Deregister(mr->mr->lkey);
+  // Windows bound to the region would outlive it: the deregistration fails
+  // while any is bound, as the IBA spec has it (rxe refuses it too).
+  auto& windows = ContextOf(ibv->pd)->device->mws();
+  const uint32_t lkey = mr->mr->lkey;
+  if (Status busy = windows.BeginDeregister(lkey); !busy.ok()) {
+    Log().warn("ibv_dereg_mr(mr lkey {:#x}): {}", lkey, busy.message());
+    return busy.code();
+  }
+  Status s = ContextOf(ibv->pd)->device->mrs().Deregister(lkey);
+  windows.EndDeregister(lkey);
   if (!s.ok()) {
     Log().warn("ibv_dereg_mr: {}", s.message());
     return s.code();

@@ -39,6 +39,13 @@ struct Mr {
   std::shared_ptr<const objects::Mr> mr;
 };
 
+struct Mw {
+  ibv_mw ibv;  // must be first
+  // The rkey it was allocated with: its upper 24 bits name the window to
+  // the device for good (ibv.rkey changes with every type 1 bind).
+  uint32_t key = 0;
+};
+
 struct Cq {
   ibv_cq_ex ibv;  // must be first; ibv_cq_ex starts with ibv_cq's fields
   std::unique_ptr<objects::Cq> cq;
@@ -103,6 +110,7 @@ inline Context* ToContext(ibv_context* c) {
 }
 inline Pd* ToPd(ibv_pd* p) { return reinterpret_cast<Pd*>(p); }
 inline Mr* ToMr(ibv_mr* m) { return reinterpret_cast<Mr*>(m); }
+inline Mw* ToMw(ibv_mw* m) { return reinterpret_cast<Mw*>(m); }
 inline Cq* ToCq(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
 inline Cq* ToCq(ibv_cq_ex* c) { return reinterpret_cast<Cq*>(c); }
 inline Qp* ToQp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
@@ -123,8 +131,9 @@ inline engine::RecvWqe ToRecvWqe(const ibv_recv_wr& wr) {
 }
 
 // Validates one work request against its QP and builds the device's WQE
-// (qp.cc); shared by ibv_post_send and the ibv_wr_* API.
-Result<engine::SendWqe> BuildSendWqe(Qp& qp, const ibv_send_wr& wr);
+// (qp.cc); shared by ibv_post_send and the ibv_wr_* API. `bind_verb`: the
+// WR is ibv_bind_mw's own (the only way a type 1 window is bound).
+Result<engine::SendWqe> BuildSendWqe(Qp& qp, const ibv_send_wr& wr, bool bind_verb = false);
 // Queues built WQEs in order; stops with ENOMEM at the QP's capacity.
 // `queued` says how many went in. EINVAL before RTS.
 int QueueSends(Qp& qp, std::vector<engine::SendWqe>& wqes, size_t* queued);

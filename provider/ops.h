@@ -8,5 +8,7 @@ namespace rdmaemu::provider {
 void InstallCqOps(verbs_context* vctx);
 void InstallQpOps(verbs_context* vctx);
 void InstallSrqOps(verbs_context* vctx);
+// ibv_alloc_mw, ibv_bind_mw, ibv_dealloc_mw (mw.cc).
+void InstallMwOps(verbs_context* vctx);
 
 }  // namespace rdmaemu::provider

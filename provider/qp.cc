@@ -112,6 +112,10 @@ bool OpcodeAllowed(engine::QpType type, ibv_wr_opcode op) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
       return type != engine::QpType::kUd;
+    case IBV_WR_BIND_MW:
+    case IBV_WR_LOCAL_INV:
+      // Binding and invalidating windows are RC and UC work (as rxe).
+      return type != engine::QpType::kUd;
     case IBV_WR_SEND_WITH_INV:
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
@@ -131,13 +135,47 @@ engine::SendOp ToSendOp(ibv_wr_opcode op) {
     case IBV_WR_RDMA_READ: return engine::SendOp::kRdmaRead;
     case IBV_WR_ATOMIC_CMP_AND_SWP: return engine::SendOp::kCompareSwap;
     case IBV_WR_ATOMIC_FETCH_AND_ADD: return engine::SendOp::kFetchAdd;
+    case IBV_WR_BIND_MW: return engine::SendOp::kBindMw;
+    case IBV_WR_LOCAL_INV: return engine::SendOp::kLocalInv;
     default: return engine::SendOp::kSend;
   }
 }
 
+// The bind a BIND_MW WR asks for, with what a driver checks at post: the
+// window and region are objects of this context (the pointers are followed
+// only then), a type 1 window is bound through ibv_bind_mw. The rest (PDs,
+// rights, bounds, the window's state) the device checks when it executes
+// the bind, as a NIC does: a completion with IBV_WC_MW_BIND_ERR.
+Status FillBind(Qp& qp, const ibv_send_wr& wr, bool bind_verb, engine::SendWqe& w) {
+  ibv_context* context = qp.ibv.qp_base.context;
+  const auto& b = wr.bind_mw;
+  if (!HandleOf(b.mw, Kind::kMw, context, "ibv_post_send (BIND_MW)", "wr.bind_mw.mw")) {
+    return InvalidArgument("not a memory window of this context");
+  }
+  if (b.mw->type == IBV_MW_TYPE_1 && !bind_verb) {
+    return InvalidArgument("a type 1 window is bound with ibv_bind_mw(), not with a posted "
+                           "IBV_WR_BIND_MW (that is for type 2 windows)");
+  }
+  if (b.bind_info.mr != nullptr &&
+      !HandleOf(b.bind_info.mr, Kind::kMr, context, "ibv_post_send (BIND_MW)",
+                "wr.bind_mw.bind_info.mr")) {
+    return InvalidArgument("not a memory region of this context");
+  }
+  objects::BindRequest& r = w.bind;
+  r.mw_rkey = ToMw(b.mw)->key;
+  r.new_rkey = b.rkey;
+  r.has_mr = b.bind_info.mr != nullptr;
+  r.mr_lkey = r.has_mr ? ToMr(b.bind_info.mr)->mr->lkey : 0;
+  r.addr = b.bind_info.addr;
+  r.length = b.bind_info.length;
+  r.access = b.bind_info.mw_access_flags;
+  r.type1_verb = bind_verb;
+  return Status::Ok();
+}
+
 }  // namespace
 
-Result<engine::SendWqe> BuildSendWqe(Qp& qp, const ibv_send_wr& wr) {
+Result<engine::SendWqe> BuildSendWqe(Qp& qp, const ibv_send_wr& wr, bool bind_verb) {
   const engine::Qp& eqp = *qp.qp;
   auto fail = [&](std::string why) -> Status {
     RDMAEMU_WARN_LIMITED("ibv_post_send qp#{} wr_id {}: {}", eqp.qpn, wr.wr_id, why);
@@ -158,7 +196,16 @@ Result<engine::SendWqe> BuildSendWqe(Qp& qp, const ibv_send_wr& wr) {
   w.solicited = wr.send_flags & IBV_SEND_SOLICITED;
   w.fence = wr.send_flags & IBV_SEND_FENCE;
   w.imm_data = wr.imm_data;
-  if (wr.opcode == IBV_WR_SEND_WITH_INV) w.invalidate_rkey = wr.invalidate_rkey;
+  if (wr.opcode == IBV_WR_SEND_WITH_INV || wr.opcode == IBV_WR_LOCAL_INV) {
+    w.invalidate_rkey = wr.invalidate_rkey;
+  }
+  if (wr.opcode == IBV_WR_BIND_MW || wr.opcode == IBV_WR_LOCAL_INV) {
+    // Local operations carry no data: their SGEs (if any) are not read.
+    if (wr.opcode == IBV_WR_BIND_MW) {
+      if (Status s = FillBind(qp, wr, bind_verb, w); !s.ok()) return fail(s.message());
+    }
+    return w;
+  }
   const bool atomic = wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
   if (wr.send_flags & IBV_SEND_INLINE) {
     if (wr.opcode == IBV_WR_RDMA_READ || atomic) {

@@ -100,16 +100,17 @@ std::string FlagNames(uint64_t flags) {
 }
 
 // What this device carries on each transport (the same opcodes ibv_post_send
-// accepts; memory windows, TSO and ATOMIC_WRITE are not implemented).
+// accepts; TSO and ATOMIC_WRITE are not implemented).
 uint64_t SupportedSendOps(ibv_qp_type type) {
   constexpr uint64_t kSend = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
   constexpr uint64_t kWrite = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
+  constexpr uint64_t kWindows = IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;
   switch (type) {
     case IBV_QPT_RC:
-      return kSend | kWrite | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_RDMA_READ |
+      return kSend | kWrite | kWindows | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_RDMA_READ |
              IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
     case IBV_QPT_UC:
-      return kSend | kWrite;
+      return kSend | kWrite | kWindows;
     case IBV_QPT_UD:
       return kSend;
     default:
@@ -252,12 +253,24 @@ void WrAtomicFetchAdd(ibv_qp_ex* q, uint32_t rkey, uint64_t remote_addr, uint64_
   }
 }
 
+// The window, region and rights are checked at wr_complete (BuildSendWqe)
+// and when the device executes the bind, as for IBV_WR_BIND_MW.
 void WrBindMw(ibv_qp_ex* q, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
-  Begin(q, "ibv_wr_bind_mw", IBV_WR_BIND_MW, 0);
+  auto* p = Begin(q, "ibv_wr_bind_mw", IBV_WR_BIND_MW, IBV_QP_EX_WITH_BIND_MW);
+  if (p == nullptr) return;
+  if (info == nullptr) {
+    Record(*p, EINVAL, "ibv_wr_bind_mw without bind_info");
+    return;
+  }
+  p->wr.bind_mw.mw = mw;
+  p->wr.bind_mw.rkey = rkey;
+  p->wr.bind_mw.bind_info = *info;
 }
 
 void WrLocalInv(ibv_qp_ex* q, uint32_t invalidate_rkey) {
-  Begin(q, "ibv_wr_local_inv", IBV_WR_LOCAL_INV, 0);
+  if (auto* p = Begin(q, "ibv_wr_local_inv", IBV_WR_LOCAL_INV, IBV_QP_EX_WITH_LOCAL_INV)) {
+    p->wr.invalidate_rkey = invalidate_rkey;
+  }
 }
 
 void WrAtomicWrite(ibv_qp_ex* q, uint32_t rkey, uint64_t remote_addr, const void* atomic_wr) {

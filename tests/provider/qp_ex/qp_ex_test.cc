@@ -159,8 +159,7 @@ TEST_F(QpExTest, QpToQpExIsNullWithoutSendOpsFlags) {
 }
 
 TEST_F(QpExTest, UnsupportedSendOpsFlagsFailWithEopnotsupp) {
-  for (uint64_t bad : {uint64_t{IBV_QP_EX_WITH_LOCAL_INV}, uint64_t{IBV_QP_EX_WITH_BIND_MW},
-                       uint64_t{IBV_QP_EX_WITH_TSO}, uint64_t{IBV_QP_EX_WITH_ATOMIC_WRITE},
+  for (uint64_t bad : {uint64_t{IBV_QP_EX_WITH_TSO}, uint64_t{IBV_QP_EX_WITH_ATOMIC_WRITE},
                        uint64_t{1} << 40}) {
     errno = 0;
     EXPECT_EQ(CreateQpEx(IBV_QPT_RC, IBV_QP_EX_WITH_SEND | bad), nullptr) << bad;
@@ -173,6 +172,13 @@ TEST_F(QpExTest, UnsupportedSendOpsFlagsFailWithEopnotsupp) {
   errno = 0;
   EXPECT_EQ(CreateQpEx(IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
+  // Memory windows are bound and invalidated on RC and UC QPs only.
+  errno = 0;
+  EXPECT_EQ(CreateQpEx(IBV_QPT_UD, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_BIND_MW), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_NE(CreateQpEx(IBV_QPT_RC, kRcOps | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV), nullptr);
+  EXPECT_NE(CreateQpEx(IBV_QPT_UC, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV),
+            nullptr);
   EXPECT_NE(CreateQpEx(IBV_QPT_UC, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM), nullptr);
   EXPECT_NE(CreateQpEx(IBV_QPT_UD, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM), nullptr);
   EXPECT_NE(CreateQpEx(IBV_QPT_RC, kRcOps | IBV_QP_EX_WITH_SEND_WITH_INV), nullptr);
@@ -351,7 +357,8 @@ TEST_F(QpExTest, AFailingBatchPostsNothing) {
   ibv_wr_set_sge(qpx, mr_->lkey, Addr(12288), 8);
   EXPECT_EQ(ibv_wr_complete(qpx), EOPNOTSUPP);
 
-  // Operations the device never supports.
+  // Window operations the QP was not created for (no IBV_QP_EX_WITH_LOCAL_INV
+  // or IBV_QP_EX_WITH_BIND_MW in its send_ops_flags).
   ibv_wr_start(qpx);
   ibv_wr_local_inv(qpx, 5);
   EXPECT_EQ(ibv_wr_complete(qpx), EOPNOTSUPP);
