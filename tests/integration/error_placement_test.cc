@@ -21,7 +21,6 @@ using rdmaemu::testing::RcPairTest;
 
 class ErrorPlacementTest : public RcPairTest {
  protected:
-  uintptr_t At(size_t offset) { return reinterpret_cast<uintptr_t>(buf_.data() + offset); }
 
   int PostSend(ibv_qp* qp, ibv_wr_opcode op, uint64_t wr_id, ibv_sge sge, uint64_t remote = 0,
                uint32_t rkey = 0, unsigned flags = IBV_SEND_SIGNALED) {
@@ -44,16 +43,7 @@ class ErrorPlacementTest : public RcPairTest {
     return ibv_post_send(qp, &wr, &bad);
   }
 
-  int PostRecv(ibv_qp* qp, uint64_t wr_id, ibv_sge sge) {
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    return ibv_post_recv(qp, &wr, &bad);
-  }
 
-  ibv_sge Sge(size_t offset, uint32_t length) { return {At(offset), length, mr_->lkey}; }
 
   // Connect, with remote atomics allowed on the QPs and on `atomic_mr_`
   // (the same buffer registered again): without them the responder would
@@ -79,22 +69,6 @@ class ErrorPlacementTest : public RcPairTest {
 
   ibv_mr* atomic_mr_ = nullptr;
 
-  // The completion of `wr_id` on `qp` among the next ones, within `ms`.
-  bool Completion(ibv_qp* qp, uint64_t wr_id, ibv_wc* out, int ms = 3000) {
-    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-    while (std::chrono::steady_clock::now() < until) {
-      for (auto it = seen_.begin(); it != seen_.end(); ++it) {
-        if (it->qp_num == qp->qp_num && it->wr_id == wr_id) {
-          *out = *it;
-          seen_.erase(it);
-          return true;
-        }
-      }
-      ibv_wc wc;
-      if (ibv_poll_cq(cq_, 1, &wc) == 1) seen_.push_back(wc);
-    }
-    return false;
-  }
   // No completion at all arrives within `ms`.
   bool Quiet(int ms = 300) {
     auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
@@ -109,8 +83,6 @@ class ErrorPlacementTest : public RcPairTest {
     }
     return true;
   }
-
-  std::vector<ibv_wc> seen_;
 };
 
 // --- posting before RTS: refused as mlx5's driver refuses it -------------

@@ -47,8 +47,6 @@ class MemoryWindowTest : public RcPairTest {
     for (ibv_pd* pd : extra_pds_) EXPECT_EQ(ibv_dealloc_pd(pd), 0);
   }
 
-  uintptr_t At(size_t offset) { return reinterpret_cast<uintptr_t>(buf_.data() + offset); }
-  ibv_sge Sge(size_t offset, uint32_t length) { return {At(offset), length, mr_->lkey}; }
 
   ibv_mw* Alloc(ibv_mw_type type, ibv_pd* pd = nullptr) {
     ibv_mw* mw = ibv_alloc_mw(pd != nullptr ? pd : pd_, type);
@@ -136,31 +134,7 @@ class MemoryWindowTest : public RcPairTest {
     ibv_send_wr* bad = nullptr;
     return ibv_post_send(qp, &wr, &bad);
   }
-  int PostRecv(ibv_qp* qp, uint64_t wr_id, ibv_sge sge) {
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    return ibv_post_recv(qp, &wr, &bad);
-  }
 
-  // The completion of `wr_id` on `qp` among the next ones, within `ms`.
-  bool Completion(ibv_qp* qp, uint64_t wr_id, ibv_wc* out, int ms = 3000) {
-    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-    while (std::chrono::steady_clock::now() < until) {
-      for (auto it = seen_.begin(); it != seen_.end(); ++it) {
-        if (it->qp_num == qp->qp_num && it->wr_id == wr_id) {
-          *out = *it;
-          seen_.erase(it);
-          return true;
-        }
-      }
-      ibv_wc wc;
-      if (ibv_poll_cq(cq_, 1, &wc) == 1) seen_.push_back(wc);
-    }
-    return false;
-  }
   // The status of `wr_id`'s completion on `qp` (IBV_WC_GENERAL_ERR if none came).
   ibv_wc_status Status(ibv_qp* qp, uint64_t wr_id) {
     ibv_wc wc;
@@ -182,7 +156,6 @@ class MemoryWindowTest : public RcPairTest {
   std::vector<ibv_mw*> mws_;
   std::vector<ibv_mr*> extra_mrs_;
   std::vector<ibv_pd*> extra_pds_;
-  std::vector<ibv_wc> seen_;
 };
 
 // --- the device says it has windows ----------------------------------------

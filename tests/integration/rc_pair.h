@@ -126,12 +126,45 @@ class RcPairTest : public VerbsTest {
     return out;
   }
 
+  // The address of buf_[offset], and an SGE of `length` bytes there in mr_.
+  uintptr_t At(size_t offset) { return reinterpret_cast<uintptr_t>(buf_.data() + offset); }
+  ibv_sge Sge(size_t offset, uint32_t length) { return {At(offset), length, mr_->lkey}; }
+
+  int PostRecv(ibv_qp* qp, uint64_t wr_id, ibv_sge sge) {
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    return ibv_post_recv(qp, &wr, &bad);
+  }
+
+  // The completion of `wr_id` on `qp` among the next ones, within `ms`;
+  // others polled meanwhile are kept for later calls.
+  bool Completion(ibv_qp* qp, uint64_t wr_id, ibv_wc* out, int ms = 3000) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (std::chrono::steady_clock::now() < until) {
+      for (auto it = seen_.begin(); it != seen_.end(); ++it) {
+        if (it->qp_num == qp->qp_num && it->wr_id == wr_id) {
+          *out = *it;
+          seen_.erase(it);
+          return true;
+        }
+      }
+      ibv_wc wc;
+      if (ibv_poll_cq(cq_, 1, &wc) == 1) seen_.push_back(wc);
+    }
+    return false;
+  }
+
   ibv_qp_attr Query(ibv_qp* qp) {
     ibv_qp_attr attr{};
     ibv_qp_init_attr init{};
     EXPECT_EQ(ibv_query_qp(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE, &init), 0);
     return attr;
   }
+
+  std::vector<ibv_wc> seen_;  // completions polled by Completion, not yet asked for
 };
 
 }  // namespace rdmaemu::testing
