@@ -106,6 +106,9 @@ void ServeConnection(int fd, int stop_fd) {
       cred.uid != 0) {
     Log().warn("control: refused a request from uid {} (only uid {} and root may control this process)",
                cred.uid, ::getuid());
+    // Read the request first, bounded as any other: closing with it unread
+    // makes the client's send fail with EPIPE, and the refusal is never seen.
+    (void)ReadRequest(fd, Clock::now() + kRequestTime, stop_fd);
     Answer(fd, {kStatusFailure, "", fmt::format("uid {} may not control this process\n", cred.uid)}, stop_fd);
     return;
   }
