@@ -42,11 +42,9 @@ void ToIbvWc(const objects::Cqe& c, ibv_wc* wc) {
   wc->dlid_path_bits = c.dlid_path_bits;
 }
 
-int PollCq(ibv_cq* ibv, int num_entries, ibv_wc* wc) {
-  if (num_entries < 0) return -1;
+int PollOnce(objects::Cq& cq, int num_entries, ibv_wc* wc) {
   objects::Cqe batch[16];
   int total = 0;
-  objects::Cq& cq = *ToCq(ibv)->cq;
   while (total < num_entries) {
     int want = std::min(num_entries - total, 16);
     int got = cq.Poll(want, batch);
@@ -54,9 +52,25 @@ int PollCq(ibv_cq* ibv, int num_entries, ibv_wc* wc) {
     total += got;
     if (got < want) break;
   }
-  // The device is a thread of this process: a program spinning on an empty
-  // CQ would otherwise hold the CPU the engine needs to complete its work.
-  if (total == 0) sched_yield();
+  return total;
+}
+
+// A poll of an empty CQ runs the device's receive side on the polling
+// thread (DESIGN.md, "The fast path"): a program spinning on its CQ is its
+// own engine, with no thread hand-off between the datagram and the CQE.
+// When another thread is driving, the poller yields the CPU instead: on a
+// small machine it may be the one the driver needs.
+bool DriveEmpty(ibv_context* context) {
+  if (ToContext(context)->engine->Drive()) return true;
+  sched_yield();
+  return false;
+}
+
+int PollCq(ibv_cq* ibv, int num_entries, ibv_wc* wc) {
+  if (num_entries < 0) return -1;
+  objects::Cq& cq = *ToCq(ibv)->cq;
+  int total = PollOnce(cq, num_entries, wc);
+  if (total == 0 && num_entries > 0 && DriveEmpty(ibv->context)) total = PollOnce(cq, num_entries, wc);
   return total;
 }
 
@@ -72,6 +86,9 @@ int ReqNotifyCq(ibv_cq* ibv, int solicited_only) {
     return EINVAL;
   }
   ToCq(ibv)->cq->Arm(solicited_only != 0);
+  // Arming says the program is going to sleep until an event: the engine's
+  // thread must watch the network from now on, not wait for a poll.
+  ToContext(ibv->context)->engine->Release();
   return 0;
 }
 
@@ -87,8 +104,13 @@ int StartPoll(ibv_cq_ex* ibv, ibv_poll_cq_attr* attr) {
   cq->poll_mu.lock();
   if (!cq->cq->Peek(&cq->current)) {
     cq->poll_mu.unlock();
-    sched_yield();  // as in PollCq
-    return ENOENT;
+    // As in PollCq; the lock is not held while driving, which pushes CQEs.
+    if (!DriveEmpty(ibv->context)) return ENOENT;
+    cq->poll_mu.lock();
+    if (!cq->cq->Peek(&cq->current)) {
+      cq->poll_mu.unlock();
+      return ENOENT;
+    }
   }
   LoadCurrent(cq);
   return 0;
@@ -245,6 +267,12 @@ int DetachCq(ibv_cq* ibv) {
   ToContext(ibv->context)->device->directory().Remove(objects::ObjectKind::kCq, ToCq(ibv)->number);
   RetireHandle(ibv);
   return 0;
+}
+
+void BeforeCompletionWait(ibv_context* context) {
+  engine::Engine& engine = *ToContext(context)->engine;
+  engine.Drive();
+  engine.Release();
 }
 
 bool CqArmed(ibv_cq* ibv) { return ToCq(ibv)->cq->armed(); }

@@ -92,6 +92,9 @@ int ResizeCq(ibv_cq* cq, int cqe);
 int DetachCq(ibv_cq* cq);
 // Armed by ibv_req_notify_cq and not yet fired (the checker's unarmed-wait).
 bool CqArmed(ibv_cq* cq);
+// A thread is about to block for a completion event of `context`: runs the
+// receive side once on it, then leaves the network to the engine's thread.
+void BeforeCompletionWait(ibv_context* context);
 void FreeCq(ibv_cq* cq);
 
 // QPs: created from the exported ibv_create_qp and the create_qp_ex slot

@@ -444,7 +444,7 @@ void Engine::Doorbell(uint32_t qpn) {
     std::lock_guard lock(pending_mu_);
     pending_.push_back(qpn);
   }
-  loop_->Ring();
+  if (!loop_->Drive(/*receive=*/false)) loop_->Ring();
 }
 
 std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {

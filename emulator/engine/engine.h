@@ -10,8 +10,11 @@
 //                 the retry and RNR timers; moving a QP to ERR
 //   engine.cc     the loop, packet receive checks and dispatch, UD
 //
-// Thread safety: AddQp/RemoveQp/Doorbell from any thread; everything else
-// on the loop thread, holding the QP's mu while touching a QP.
+// Thread safety: AddQp/RemoveQp/Doorbell/Drive/Release from any thread;
+// everything else on the thread driving the loop (its own thread, or an
+// application thread inside Doorbell or Drive: net::Loop::Drive), one at a
+// time, holding the QP's mu while touching a QP. "The loop thread" below
+// means whichever thread drives.
 #pragma once
 
 #include <atomic>
@@ -69,8 +72,17 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   void StartPosted(uint32_t qpn);
   // After this returns the engine holds no reference to the QP.
   void RemoveQp(uint32_t qpn);
-  // Any thread: the QP has new send work (or was modified).
+  // Any thread holding no engine lock: the QP has new send work (or was
+  // modified). The calling thread does the work itself when no other thread
+  // drives the engine (the doorbell is rung only when one does).
   void Doorbell(uint32_t qpn);
+  // Any thread holding no engine lock, polling an empty CQ or about to wait
+  // for a completion: runs the receive side once on the calling thread
+  // unless another thread is driving. False if nothing was done.
+  bool Drive() { return loop_->Drive(/*receive=*/true); }
+  // The caller stops polling (it is about to block): the engine's own thread
+  // takes the receive side back at once.
+  void Release() { loop_->Release(); }
 
   // Multicast (IBA 10.5), any thread: UD QP `qpn` receives what is sent to
   // IPv4 group `group` (network order) on `port`, as the IP multicast the

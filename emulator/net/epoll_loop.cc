@@ -1,10 +1,10 @@
 // The epoll backend: for kernels and sandboxes that refuse io_uring.
 //
-// One epoll set holds the sockets (EPOLLIN, plus EPOLLOUT on the one a send
-// waits on for room) and the doorbell eventfd. Receives are recvmmsg batches
-// per socket, sends are sendmmsg batches of consecutive datagrams for one
-// socket; the deadline is epoll_wait's timeout, rounded up to
-// the next millisecond so that the loop never wakes before it.
+// One epoll set holds the sockets (EPOLLIN unless applications drive, plus
+// EPOLLOUT on the one a send waits on for room) and the doorbell eventfd.
+// Receives and sends are DirectIo's recvmmsg and sendmmsg batches; the
+// deadline is epoll_wait's timeout, rounded up to the next millisecond so
+// that the loop never wakes before it.
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -23,45 +23,18 @@
 namespace rdmaemu::net::internal {
 namespace {
 
-constexpr int kBatch = 64;        // datagrams per recvmmsg / sendmmsg
-constexpr int kReceiveRounds = 16;  // recvmmsg calls per wakeup, then others get a turn
 // epoll tags: a socket's is its index, 0..kMaxSockets-1; a group socket's
 // its handle (32 bits, from kFirstGroupHandle up).
 constexpr uint64_t kDoorbellTag = ~uint64_t{0};
-
-// Room for the IP_PKTINFO and IP_TOS control messages, aligned for cmsghdr.
-union Control {
-  cmsghdr align;
-  char bytes[CMSG_SPACE(sizeof(in_pktinfo)) + CMSG_SPACE(sizeof(int))];
-};
-
-in_addr DestinationOf(const msghdr& msg) {
-  for (const cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
-       c = CMSG_NXTHDR(const_cast<msghdr*>(&msg), const_cast<cmsghdr*>(c))) {
-    if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
-      in_pktinfo info;
-      std::memcpy(&info, CMSG_DATA(c), sizeof(info));
-      return info.ipi_addr;
-    }
-  }
-  return in_addr{INADDR_ANY};
-}
-
-uint8_t TosOf(const msghdr& msg) {
-  for (const cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
-       c = CMSG_NXTHDR(const_cast<msghdr*>(&msg), const_cast<cmsghdr*>(c))) {
-    if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) return *CMSG_DATA(c);
-  }
-  return 0;
-}
 
 class EpollLoop final : public LoopBase {
  public:
   EpollLoop(std::vector<UdpSocket> sockets, LoopHandler* handler, int doorbell_fd, int epoll_fd)
       : LoopBase(Backend::kEpoll, std::move(sockets), handler, doorbell_fd),
         epoll_fd_(epoll_fd),
-        buffers_(size_t{kBatch} * kReceiveBufferBytes),
-        queue_(kMaxPendingSends) {}
+        direct_(counters()) {
+    for (int s = 0; s < num_sockets(); ++s) fds_[s] = socket_fd(s);
+  }
 
   ~EpollLoop() override {
     Stop();
@@ -72,34 +45,26 @@ class EpollLoop final : public LoopBase {
 
  private:
   void Run() override;
-  // Receives what `fd` holds as socket `owner`'s; true if any datagram was
-  // delivered.
-  bool ReceiveAll(int fd, int owner);
+  bool DriveReceive() override;
+  void DriveFlush() override { Flush(); }
   // Adds the group sockets added to the epoll set and closes the removed.
   void ApplyGroupChanges();
   void Flush();
-  void WatchWritable(int socket, bool on);
+  // Watches the sockets for datagrams, or not while applications drive.
+  void WatchSockets(bool on);
+  // Sets a socket's epoll events from watching_ and blocked_.
+  void UpdateInterest(int socket);
   void DrainDoorbell();
 
   const int epoll_fd_;
+  std::array<int, kMaxSockets> fds_{};
 
-  // Loop thread only.
-  std::vector<uint8_t> buffers_;
-  std::array<sockaddr_in, kBatch> names_{};
-  std::array<Control, kBatch> controls_{};
-  std::array<iovec, kBatch> iovs_{};
-  std::array<mmsghdr, kBatch> msgs_{};
-  std::array<Datagram, kBatch> batch_{};
-  std::array<mmsghdr, kBatch> send_msgs_{};
-
-  SendPool pool_;
-  // FIFO of slot ids waiting to be sent: a ring of kMaxPendingSends entries.
-  std::vector<int> queue_;
-  size_t queue_head_ = 0;
-  size_t queue_size_ = 0;
+  // Drive lock holder only.
+  DirectIo direct_;
   // A socket said EAGAIN: wait for its EPOLLOUT before sending again
   // (sends keep their order across sockets, so all of them wait).
   int blocked_ = -1;
+  bool watching_ = true;
 
   struct Group {
     int owner = 0;
@@ -112,22 +77,41 @@ class EpollLoop final : public LoopBase {
 };
 
 void EpollLoop::Run() {
+  AcquireDrive();
   std::array<epoll_event, 16> events{};
   while (!stop_requested()) {
     ApplyGroupChanges();
-    int timeout_ms = -1;
-    if (auto wake = NextWake()) {
-      const auto left = *wake - Clock::now();
-      timeout_ms = left <= Clock::duration::zero()
-                       ? 0
-                       : static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
-    }
+    Clock::time_point now = Clock::now();
+    std::optional<Clock::time_point> hold = ApplicationHold(now);
+    WatchSockets(!hold);
+    const std::optional<Clock::time_point> own = NextWake();
+    // Milliseconds to the loop's deadline or the end of the applications'
+    // hold, whichever is first (-1: neither).
+    auto timeout_at = [&](Clock::time_point t) {
+      std::optional<Clock::time_point> wake = own;
+      if (hold && (!wake || *hold < *wake)) wake = hold;
+      if (!wake) return -1;
+      const auto left = *wake - t;
+      return left <= Clock::duration::zero()
+                 ? 0
+                 : static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+    };
+    int timeout_ms = timeout_at(now);
     const bool may_sleep = timeout_ms != 0 && PrepareToSleep();
-    const int n = epoll_wait(epoll_fd_, events.data(), events.size(), may_sleep ? timeout_ms : 0);
-    if (may_sleep) {
-      AfterSleep();
+    ReleaseToSleep(may_sleep ? own : now);
+    int n;
+    for (;;) {
+      n = epoll_wait(epoll_fd_, events.data(), events.size(), may_sleep ? timeout_ms : 0);
+      if (!may_sleep) break;
       Add(counters().wakeups);
+      if (n != 0) break;
+      now = Clock::now();
+      if (!SleepAgain(now, &hold)) break;
+      timeout_ms = timeout_at(now);
     }
+    const int wait_errno = errno;
+    AcquireDrive();
+    if (may_sleep) AfterSleep();
     bool readable[kMaxSockets] = {};
     groups_readable_.clear();
     for (int i = 0; i < n; ++i) {
@@ -142,26 +126,43 @@ void EpollLoop::Run() {
         if (events[i].events & (EPOLLIN | EPOLLERR)) readable[s] = true;
         if ((events[i].events & EPOLLOUT) && blocked_ == s) {
           blocked_ = -1;
-          WatchWritable(s, false);
+          UpdateInterest(s);
         }
       }
     }
-    if (n < 0 && errno != EINTR) {
-      RDMAEMU_WARN_LIMITED("epoll_wait: {}", ErrnoText(errno));
+    if (n < 0 && wait_errno != EINTR) {
+      RDMAEMU_WARN_LIMITED("epoll_wait: {}", ErrnoText(wait_errno));
     }
     if (RetryDue(Clock::now())) ClearRetry();
     bool delivered = false;
     for (int s = 0; s < num_sockets(); ++s) {
-      if (readable[s] && ReceiveAll(socket_fd(s), s)) delivered = true;
+      if (readable[s] && direct_.ReceiveAll(socket_fd(s), s, handler(), stop_flag())) delivered = true;
     }
-    // The set of groups changes only at the top of the round.
+    // The set of groups changes only at the top of the round (or in a
+    // Drive, which receives from every group anyway).
     for (uint32_t handle : groups_readable_) {
-      const Group& g = groups_.at(handle);
-      if (ReceiveAll(g.socket.fd(), g.owner)) delivered = true;
+      auto it = groups_.find(handle);
+      if (it == groups_.end()) continue;
+      if (direct_.ReceiveAll(it->second.socket.fd(), it->second.owner, handler(), stop_flag())) {
+        delivered = true;
+      }
     }
     MaybeWork(delivered);
     Flush();
   }
+  ReleaseToSleep(std::nullopt);
+}
+
+bool EpollLoop::DriveReceive() {
+  ApplyGroupChanges();
+  bool delivered = false;
+  for (int s = 0; s < num_sockets(); ++s) {
+    if (direct_.ReceiveAll(socket_fd(s), s, handler(), stop_flag())) delivered = true;
+  }
+  for (auto& [handle, g] : groups_) {
+    if (direct_.ReceiveAll(g.socket.fd(), g.owner, handler(), stop_flag())) delivered = true;
+  }
+  return delivered;
 }
 
 void EpollLoop::ApplyGroupChanges() {
@@ -186,128 +187,43 @@ void EpollLoop::ApplyGroupChanges() {
   }
 }
 
-bool EpollLoop::ReceiveAll(int fd, int owner) {
-  bool delivered = false;
-  for (int round = 0; round < kReceiveRounds && !stop_requested(); ++round) {
-    for (int i = 0; i < kBatch; ++i) {
-      iovs_[i] = {buffers_.data() + static_cast<size_t>(i) * kReceiveBufferBytes, kReceiveBufferBytes};
-      msghdr& m = msgs_[i].msg_hdr;
-      m = {};
-      m.msg_name = &names_[i];
-      m.msg_namelen = sizeof(names_[i]);
-      m.msg_iov = &iovs_[i];
-      m.msg_iovlen = 1;
-      m.msg_control = controls_[i].bytes;
-      m.msg_controllen = sizeof(controls_[i].bytes);
-    }
-    const int n = recvmmsg(fd, msgs_.data(), kBatch, MSG_DONTWAIT, nullptr);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      // ECONNREFUSED and friends: an ICMP error for an earlier send.
-      Add(counters().receive_errors);
-      Log().debug("recvmmsg: {}", ErrnoText(errno));
-      continue;
-    }
-    size_t count = 0;
-    uint64_t bytes = 0;
-    for (int i = 0; i < n; ++i) {
-      const msghdr& m = msgs_[i].msg_hdr;
-      if (m.msg_flags & MSG_TRUNC) {
-        Add(counters().receive_errors);
-        RDMAEMU_WARN_LIMITED("dropped a datagram larger than {} bytes", kReceiveBufferBytes);
-        continue;
-      }
-      Datagram& d = batch_[count++];
-      d.src = names_[i];
-      d.dst = DestinationOf(m);
-      d.tos = TosOf(m);
-      d.data = {static_cast<const uint8_t*>(iovs_[i].iov_base), msgs_[i].msg_len};
-      d.socket = owner;
-      bytes += msgs_[i].msg_len;
-    }
-    if (count > 0 && !stop_requested()) {
-      Add(counters().datagrams_received, count);
-      Add(counters().bytes_received, bytes);
-      Add(counters().batches);
-      handler().OnDatagrams(std::span<const Datagram>(batch_.data(), count));
-      delivered = true;
-    }
-    if (n < kBatch) break;
-  }
-  return delivered;
-}
-
 void EpollLoop::Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos) {
-  CheckLoopThread("Loop::Send");
+  CheckDriving("Loop::Send");
   if (socket < 0 || socket >= num_sockets()) {
     Add(counters().send_errors);
     RDMAEMU_WARN_LIMITED("Loop::Send: no socket {} (the loop has {})", socket, num_sockets());
     return;
   }
-  const int id = pool_.Acquire(socket, to, iov, tos);
-  if (id < 0) {
-    Add(counters().send_drops);
-    return;
-  }
-  queue_[(queue_head_ + queue_size_) % queue_.size()] = id;
-  ++queue_size_;
-  if (queue_size_ >= kBatch) Flush();
+  if (direct_.Queue(socket, to, iov, tos)) Flush();
 }
 
 void EpollLoop::Flush() {
   if (blocked_ >= 0 || RetryPending()) return;
-  while (queue_size_ > 0) {
-    // One sendmmsg carries consecutive datagrams of one socket.
-    const int socket = pool_[queue_[queue_head_]].socket;
-    const int most = static_cast<int>(std::min<size_t>(queue_size_, kBatch));
-    int k = 0;
-    for (; k < most; ++k) {
-      const SendSlot& slot = pool_[queue_[(queue_head_ + k) % queue_.size()]];
-      if (slot.socket != socket) break;
-      send_msgs_[k] = {};
-      send_msgs_[k].msg_hdr = slot.msg;
-    }
-    const int n = sendmmsg(socket_fd(socket), send_msgs_.data(), k, MSG_DONTWAIT);
-    int done = n;
-    if (n < 0) {
-      const int err = errno;
-      if (err == EINTR) continue;
-      if (err == EAGAIN || err == EWOULDBLOCK) {
-        // The socket buffer is full: wait until the kernel says there is room.
-        Add(counters().send_retries);
-        blocked_ = socket;
-        WatchWritable(socket, true);
-        return;
-      }
-      if (err == ENOBUFS) {
-        // No poll event announces the end of ENOBUFS: try again shortly.
-        Add(counters().send_retries);
-        SetRetryAt(Clock::now() + kSendRetryDelay);
-        return;
-      }
-      // Refused for good (ECONNREFUSED from an ICMP error, EMSGSIZE, ...):
-      // count it, drop that datagram and go on with the rest.
-      Add(counters().send_errors);
-      Log().debug("sendmmsg to {}: {}", ToString(pool_[queue_[queue_head_]].to), ErrnoText(err));
-      done = 1;
-    } else {
-      uint64_t bytes = 0;
-      for (int i = 0; i < n; ++i) bytes += send_msgs_[i].msg_len;
-      Add(counters().datagrams_sent, n);
-      Add(counters().bytes_sent, bytes);
-    }
-    for (int i = 0; i < done; ++i) {
-      pool_.Release(queue_[queue_head_]);
-      queue_head_ = (queue_head_ + 1) % queue_.size();
-      --queue_size_;
-    }
+  int blocked = -1;
+  switch (direct_.Flush(std::span<const int>(fds_.data(), num_sockets()), &blocked)) {
+    case DirectIo::Flushed::kAll:
+      break;
+    case DirectIo::Flushed::kWouldBlock:
+      // The socket buffer is full: wait until the kernel says there is room.
+      blocked_ = blocked;
+      UpdateInterest(blocked);
+      break;
+    case DirectIo::Flushed::kNoBuffers:
+      // No poll event announces the end of ENOBUFS: try again shortly.
+      SetRetryAt(Clock::now() + kSendRetryDelay);
+      break;
   }
 }
 
-void EpollLoop::WatchWritable(int socket, bool on) {
+void EpollLoop::WatchSockets(bool on) {
+  if (on == watching_) return;
+  watching_ = on;
+  for (int s = 0; s < num_sockets(); ++s) UpdateInterest(s);
+}
+
+void EpollLoop::UpdateInterest(int socket) {
   epoll_event ev{};
-  ev.events = on ? (EPOLLIN | EPOLLOUT) : EPOLLIN;
+  ev.events = (watching_ ? EPOLLIN : 0u) | (blocked_ == socket ? EPOLLOUT : 0u);
   ev.data.u64 = static_cast<uint64_t>(socket);
   if (epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, socket_fd(socket), &ev) != 0) {
     RDMAEMU_WARN_LIMITED("epoll_ctl: {}", ErrnoText(errno));

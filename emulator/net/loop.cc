@@ -221,7 +221,10 @@ void LoopBase::Ring() {
 
 bool LoopBase::PrepareToSleep() {
   sleeping_.store(true, std::memory_order_seq_cst);
-  if (ring_pending_.load(std::memory_order_seq_cst) || stop_requested()) {
+  // A driver may have taken the ring meant for group changes (its OnWork
+  // answers the ring, not the changes, which only the loop applies).
+  if (ring_pending_.load(std::memory_order_seq_cst) || stop_requested() ||
+      group_changes_.load(std::memory_order_seq_cst)) {
     sleeping_.store(false, std::memory_order_relaxed);
     return false;
   }
@@ -240,11 +243,11 @@ std::optional<Clock::time_point> LoopBase::NextWake() const {
   return deadline_ ? deadline_ : retry_at_;
 }
 
-void LoopBase::MaybeWork(bool delivered) {
+void LoopBase::MaybeWork(bool delivered, bool force) {
   if (stop_requested()) return;
   const bool rang = TakeRing();
   const Clock::time_point now = Clock::now();
-  if (delivered || rang || (deadline_ && now >= *deadline_)) {
+  if (force || delivered || rang || (deadline_ && now >= *deadline_)) {
     Add(counters_.work_calls);
     deadline_ = handler_->OnWork(now);
   }
@@ -254,11 +257,82 @@ bool LoopBase::InLoopThread() const {
   return loop_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id();
 }
 
-void LoopBase::CheckLoopThread(const char* what) const {
-  if (!InLoopThread()) {
-    std::fprintf(stderr, "rdmaemu: %s called outside the loop thread\n", what);
+void LoopBase::CheckDriving(const char* what) const {
+  if (driver_.load(std::memory_order_relaxed) != std::this_thread::get_id()) {
+    std::fprintf(stderr, "rdmaemu: %s called by a thread that is not driving the loop\n", what);
     std::abort();
   }
+}
+
+// The loop thread's side of the drive lock. Taking it blocks (a driver holds
+// it for one bounded round); the loop never sleeps in the kernel holding it.
+void LoopBase::AcquireDrive() {
+  // Drivers step aside while the loop waits for the lock: a program spinning
+  // on its CQ would otherwise take it again after every round.
+  loop_waiting_.store(true, std::memory_order_relaxed);
+  drive_mu_.lock();
+  loop_waiting_.store(false, std::memory_order_relaxed);
+  driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  asleep_ = false;
+  asleep_until_.reset();
+}
+
+void LoopBase::ReleaseToSleep(std::optional<Clock::time_point> until) {
+  asleep_ = true;
+  asleep_until_ = until;
+  driver_.store(std::thread::id(), std::memory_order_relaxed);
+  drive_mu_.unlock();
+}
+
+bool LoopBase::SleepAgain(Clock::time_point now, std::optional<Clock::time_point>* hold) {
+  *hold = ApplicationHold(now);
+  if (!*hold || (asleep_until_ && *asleep_until_ <= now)) return false;
+  return PrepareToSleep();
+}
+
+std::optional<Clock::time_point> LoopBase::ApplicationHold(Clock::time_point now) const {
+  const int64_t at = app_drive_ns_.load(std::memory_order_relaxed);
+  if (at == 0) return std::nullopt;
+  const Clock::time_point until = Clock::time_point(std::chrono::nanoseconds(at)) + kDriveHold;
+  if (until <= now) return std::nullopt;
+  return until;
+}
+
+bool LoopBase::Drive(bool receive) {
+  // A handler that calls back into a verb that drives (never expected) must
+  // not lock what its own thread holds.
+  if (driver_.load(std::memory_order_relaxed) == std::this_thread::get_id()) return false;
+  if (loop_waiting_.load(std::memory_order_relaxed) || !drive_mu_.try_lock()) return false;
+  if (stop_requested() || !running_.load(std::memory_order_relaxed)) {
+    drive_mu_.unlock();
+    return false;
+  }
+  driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  app_driving_ = true;
+  bool delivered = false;
+  if (receive) {
+    app_drive_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            Clock::now().time_since_epoch()).count(),
+                        std::memory_order_relaxed);
+    delivered = DriveReceive();
+  }
+  // A poster's WQEs are what it drives for: OnWork runs whether or not
+  // anything arrived.
+  MaybeWork(delivered, /*force=*/!receive);
+  DriveFlush();
+  // The handler (or a send that must wait) may want the loop sooner than it
+  // planned to wake; a loop that is awake looks again before it sleeps.
+  const std::optional<Clock::time_point> next = NextWake();
+  const bool wake_loop = asleep_ && next && (!asleep_until_ || *next < *asleep_until_);
+  app_driving_ = false;
+  driver_.store(std::thread::id(), std::memory_order_relaxed);
+  drive_mu_.unlock();
+  if (wake_loop) Ring();
+  return true;
+}
+
+void LoopBase::Release() {
+  if (app_drive_ns_.exchange(0, std::memory_order_relaxed) != 0) Ring();
 }
 
 int64_t LoopBase::CpuNanos() const {

@@ -16,12 +16,24 @@
 // (Docker's default seccomp profile, kernel.io_uring_disabled, a kernel older
 // than 6.0), saying so once in the log at info level.
 //
+// Driving (DESIGN.md, "The fast path"): an application thread may do a round
+// of the loop's work itself, without blocking, with Drive(): it receives
+// what the sockets hold (plain recvmmsg), runs the handler and sends
+// (sendmmsg) on its own thread, saving the hand-off to the loop thread and
+// back. One thread drives at a time: the loop thread holds the drive lock
+// whenever it is not blocked in the kernel, and Drive only try-locks it.
+// While application threads keep driving the receive side, the loop thread
+// stops watching the sockets (it would only wake to find them drained) and
+// sleeps until its deadline or until nobody has driven for kDriveHold; then
+// it watches them again. Release() hands the sockets back at once.
+//
 // Thread safety:
 //   - Create, Start, Stop and the destructor: the owning thread (never the
 //     loop thread itself).
-//   - Ring, InLoopThread, stats, backend: any thread.
-//   - Send: the loop thread only, i.e. from inside a LoopHandler call.
-//   - The LoopHandler is called on the loop thread only, one call at a time.
+//   - Ring, Drive, Release, InLoopThread, stats, backend: any thread.
+//   - Send: the thread driving, i.e. from inside a LoopHandler call.
+//   - The LoopHandler is called by the thread driving (the loop thread or a
+//     Drive caller), one call at a time.
 #pragma once
 
 #include <netinet/in.h>
@@ -103,6 +115,11 @@ inline constexpr size_t kReceiveBufferBytes = 8192;
 inline constexpr size_t kMaxPendingSends = 4096;
 // A device has at most two ports, each with its own socket.
 inline constexpr int kMaxSockets = 2;
+// How long after the last Drive(receive) the loop thread leaves the sockets
+// to the application threads. Longer saves loop wakeups while a program
+// polls; shorter bounds the delay of a datagram that arrives once a program
+// has stopped polling without saying so (Release).
+inline constexpr std::chrono::microseconds kDriveHold{1000};
 
 struct LoopOptions {
   // Test seam: an errno value (EPERM, ENOSYS, ...) makes io_uring setup fail
@@ -141,6 +158,15 @@ class Loop {
   // Any thread: asks for an OnWork call soon. Costs no system call while the
   // loop is awake; writes the doorbell eventfd only when it sleeps.
   virtual void Ring() = 0;
+  // Any thread not inside a LoopHandler call: if no other thread is driving,
+  // does one round on the calling thread without blocking and returns true:
+  // with `receive`, takes what the sockets hold and marks the receive side as
+  // driven by applications (see above); then OnWork, then sends. Returns
+  // false, doing nothing, when another thread drives (or the loop stops).
+  virtual bool Drive(bool receive) = 0;
+  // Any thread: the caller stops driving the receive side (it is about to
+  // block): the loop thread watches the sockets again at once.
+  virtual void Release() = 0;
   // Loop thread only: sends one datagram, gathered from `iov` (copied before
   // Send returns), with `tos` in its IP header (RoCE v2's traffic class).
   // Sends are queued and flushed together when the handler returns, or

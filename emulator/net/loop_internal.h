@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -79,6 +80,55 @@ class SendPool {
   std::vector<int> free_;
 };
 
+// Receiving and sending with plain system calls: recvmmsg batches per
+// socket, sendmmsg batches of consecutive datagrams for one socket, from a
+// FIFO of SendPool slots. All of the epoll backend's I/O, and what any
+// backend does on an application thread that drives (Loop::Drive). Used by
+// the thread holding the drive lock only.
+class DirectIo {
+ public:
+  static constexpr int kBatch = 64;  // datagrams per recvmmsg / sendmmsg
+
+  explicit DirectIo(Counters& counters) : counters_(counters) {}
+
+  // Receives what `fd` holds (at most kReceiveRounds batches) as socket
+  // `owner`'s and hands each batch to `handler`; true if any was delivered.
+  bool ReceiveAll(int fd, int owner, LoopHandler& handler, const std::atomic<bool>& stop);
+  // Queues a copy of one datagram; a full queue drops it (send_drops).
+  // True when a batch is full and the caller should Flush.
+  bool Queue(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos);
+  enum class Flushed { kAll, kWouldBlock, kNoBuffers };
+  // Sends what is queued, in order, through `fds` (by socket index). Stops at
+  // a socket whose buffer is full (kWouldBlock, *blocked_socket says which)
+  // or at ENOBUFS, keeping the rest queued; a datagram refused for good is
+  // counted (send_errors) and dropped.
+  Flushed Flush(std::span<const int> fds, int* blocked_socket);
+  bool empty() const { return queue_size_ == 0; }
+
+ private:
+  static constexpr int kReceiveRounds = 16;  // recvmmsg calls per drain, then others get a turn
+
+  // Room for the IP_PKTINFO and IP_TOS control messages, aligned for cmsghdr.
+  union Control {
+    cmsghdr align;
+    char bytes[CMSG_SPACE(sizeof(in_pktinfo)) + CMSG_SPACE(sizeof(int))];
+  };
+
+  Counters& counters_;
+  std::vector<uint8_t> buffers_;  // kBatch receive buffers, mapped on first use
+  std::array<sockaddr_in, kBatch> names_{};
+  std::array<Control, kBatch> controls_{};
+  std::array<iovec, kBatch> iovs_{};
+  std::array<mmsghdr, kBatch> msgs_{};
+  std::array<Datagram, kBatch> batch_{};
+  std::array<mmsghdr, kBatch> send_msgs_{};
+  SendPool pool_;
+  // FIFO of slot ids waiting to be sent: a ring of kMaxPendingSends entries.
+  std::vector<int> queue_ = std::vector<int>(kMaxPendingSends);
+  size_t queue_head_ = 0;
+  size_t queue_size_ = 0;
+};
+
 // The part of a Loop that does not depend on the backend. A backend
 // implements Run(), which returns when stop_requested(); its destructor must
 // call Stop() first, while its own members still exist.
@@ -104,6 +154,8 @@ class LoopBase : public Loop {
   void Start() override;
   void Stop() override;
   void Ring() override;
+  bool Drive(bool receive) override;
+  void Release() override;
   bool InLoopThread() const override;
   LoopStats stats() const override;
   uint32_t AddGroupSocket(int owner, UdpSocket socket) override;
@@ -117,9 +169,33 @@ class LoopBase : public Loop {
   LoopHandler& handler() { return *handler_; }
   Counters& counters() { return counters_; }
   bool stop_requested() const { return stop_.load(std::memory_order_relaxed); }
+  const std::atomic<bool>& stop_flag() const { return stop_; }
 
-  // Aborts with a message when Send is called off the loop thread.
-  void CheckLoopThread(const char* what) const;
+  // Aborts with a message when Send is called by a thread not driving.
+  void CheckDriving(const char* what) const;
+  // True while the calling thread is an application thread inside Drive.
+  bool DrivenByApplication() const { return app_driving_; }
+
+  // The drive lock, loop side: the loop thread holds it whenever it is not
+  // blocked in the kernel. ReleaseToSleep lets go before a wait that ends
+  // at `until` (nullopt: no deadline); Acquire takes it back after.
+  void AcquireDrive();
+  void ReleaseToSleep(std::optional<Clock::time_point> until);
+  // After a wait that timed out with nothing to do, lock not held: true if
+  // applications still drive and the loop's own deadline (the `until` of
+  // ReleaseToSleep) is not due, so it may wait again, without the lock,
+  // until *hold (set here) or that deadline; PrepareToSleep has been done.
+  // The steady state of a polling program costs the loop one wakeup per
+  // kDriveHold and never contends for the lock.
+  bool SleepAgain(Clock::time_point now, std::optional<Clock::time_point>* hold);
+  // Whether application threads are driving the receive side (they did
+  // within kDriveHold of `now`), and until when that holds.
+  std::optional<Clock::time_point> ApplicationHold(Clock::time_point now) const;
+
+  // Drive's backend part, drive lock held: receive what the sockets hold
+  // (true if anything was delivered), and send what the handler queued.
+  virtual bool DriveReceive() = 0;
+  virtual void DriveFlush() = 0;
 
   // The doorbell protocol, loop side (see Ring() in loop.cc for the whole).
   // PrepareToSleep announces that the loop is about to block and returns
@@ -138,8 +214,8 @@ class LoopBase : public Loop {
   bool RetryPending() const { return retry_at_.has_value(); }
 
   // Calls OnWork if anything asks for it: datagrams were delivered, the
-  // doorbell rang, or the deadline passed.
-  void MaybeWork(bool delivered);
+  // doorbell rang, or the deadline passed (or always, with `force`).
+  void MaybeWork(bool delivered, bool force = false);
 
   // Loop thread: the group sockets added and the handles removed since the
   // last call, in that order (a handle added and removed in between comes
@@ -169,6 +245,19 @@ class LoopBase : public Loop {
   std::atomic<int64_t> final_cpu_ns_{0};
   Counters counters_;
 
+  // The drive lock and what it guards besides the backend's state: whether
+  // the loop thread sleeps, and until when (so that a driver that moves the
+  // deadline earlier wakes it).
+  std::mutex drive_mu_;
+  std::atomic<std::thread::id> driver_{};  // who holds drive_mu_
+  std::atomic<bool> loop_waiting_{false};  // the loop thread waits for drive_mu_
+  bool app_driving_ = false;               // guarded by drive_mu_
+  bool asleep_ = false;                    // guarded by drive_mu_
+  std::optional<Clock::time_point> asleep_until_;  // guarded by drive_mu_
+  // When an application thread last drove the receive side (steady clock
+  // nanoseconds; 0: released).
+  std::atomic<int64_t> app_drive_ns_{0};
+
   // Group sockets waiting for the loop thread (AddGroupSocket/Remove...).
   std::mutex groups_mu_;
   std::vector<GroupSocket> groups_added_;     // guarded by groups_mu_
@@ -176,7 +265,7 @@ class LoopBase : public Loop {
   uint32_t next_group_handle_ = kFirstGroupHandle;  // guarded by groups_mu_
   std::atomic<bool> group_changes_{false};
 
-  // Loop thread only.
+  // Guarded by drive_mu_.
   std::optional<Clock::time_point> deadline_;
   std::optional<Clock::time_point> retry_at_;
 };

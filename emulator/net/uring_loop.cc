@@ -9,9 +9,15 @@
 //              taken); no datagram is lost then, they wait in the socket.
 //   kDoorbell  a read of the doorbell eventfd, re-armed after each completion.
 //   kSend      one sendmsg per datagram; the slot is its SendPool index.
-//   kCancel    the cancel-everything request of Drain().
+//   kCancel    the cancel-everything request of Drain(), and the cancel of
+//              a socket's receive while applications drive.
 // The deadline is the timeout of the wait itself (IORING_FEAT_EXT_ARG), so
 // no timeout request is needed.
+//
+// While applications drive (Loop::Drive), their threads never touch the
+// ring: they receive and send with DirectIo's plain system calls, and the
+// loop cancels its sockets' receives so that it does not wake for every
+// datagram (the ring's receive work runs in the loop thread's task).
 //
 // Every request is submitted by the loop thread. io_uring runs a request's
 // completion work in the task that submitted it: a receive armed by the
@@ -24,6 +30,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -192,6 +200,7 @@ class UringLoop final : public LoopBase {
  public:
   UringLoop(std::vector<UdpSocket> sockets, LoopHandler* handler, std::unique_ptr<UringState> u)
       : LoopBase(Backend::kUring, std::move(sockets), handler, u->doorbell), u_(std::move(u)) {
+    for (int s = 0; s < num_sockets(); ++s) fds_[s] = socket_fd(s);
     recv_msg_.msg_namelen = sizeof(sockaddr_in);
     recv_msg_.msg_controllen = CMSG_SPACE(sizeof(in_pktinfo)) + CMSG_SPACE(sizeof(int));
   }
@@ -201,6 +210,12 @@ class UringLoop final : public LoopBase {
   void Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos = 0) override;
 
  private:
+  bool DriveReceive() override;
+  void DriveFlush() override;
+  // Sends what application threads queued in direct_ and could not send;
+  // on failure tries again after kSendRetryDelay.
+  void FlushDirect();
+
   struct Received {
     uint16_t bid;
     Datagram datagram;
@@ -228,12 +243,18 @@ class UringLoop final : public LoopBase {
   void Drain();
 
   std::unique_ptr<UringState> u_;
+  std::array<int, kMaxSockets> fds_{};
+  // Drive lock holder only: the I/O of application threads that drive.
+  DirectIo direct_{counters()};
 
   // Loop thread only.
   msghdr recv_msg_{};  // the layout template of every received buffer
   uint64_t doorbell_value_ = 0;
   int inflight_ = 0;  // requests the kernel still holds
   bool recv_armed_[kMaxSockets] = {};
+  bool recv_cancelling_[kMaxSockets] = {};  // while applications drive
+  // Drive lock holder: drivers read the socket (see Run).
+  bool handed_over_[kMaxSockets] = {};
   struct Group {
     int owner = 0;
     UdpSocket socket;
@@ -255,15 +276,32 @@ class UringLoop final : public LoopBase {
 };
 
 void UringLoop::Run() {
+  AcquireDrive();
   while (!stop_requested()) {
     if (RetryDue(Clock::now())) {
       ClearRetry();
       recv_backoff_ = false;
       RetrySends();
+      FlushDirect();
     }
     ApplyGroupChanges();
-    for (int s = 0; s < num_sockets() && !recv_backoff_; ++s) {
-      if (!recv_armed_[s]) {
+    const std::optional<Clock::time_point> hold = ApplicationHold(Clock::now());
+    for (int s = 0; s < num_sockets(); ++s) {
+      // A socket is read by the ring or by drivers, never both: a datagram
+      // the ring took but had not delivered would be overtaken by the next
+      // one a driver reads, and UC loses a message to a reorder. Drivers
+      // get a socket once its receive has ended and everything it took has
+      // been delivered (the round before); they give it back under the
+      // lock, which none of them holds now.
+      handed_over_[s] = hold && !recv_armed_[s];
+      if (hold) {
+        if (recv_armed_[s] && !recv_cancelling_[s]) {
+          io_uring_sqe* sqe = GetSqe();
+          io_uring_prep_cancel64(sqe, Tag(kRecv, static_cast<uint32_t>(s)), 0);
+          io_uring_sqe_set_data64(sqe, Tag(kCancel));
+          recv_cancelling_[s] = true;
+        }
+      } else if (!recv_armed_[s] && !recv_backoff_) {
         ArmRecv(socket_fd(s), static_cast<uint32_t>(s));
         recv_armed_[s] = true;
       }
@@ -277,32 +315,75 @@ void UringLoop::Run() {
     }
     if (!doorbell_armed_) ArmDoorbell();
 
-    std::optional<Clock::duration> left;
-    if (auto wake = NextWake()) left = *wake - Clock::now();
+    const std::optional<Clock::time_point> own = NextWake();
+    // Time to the loop's deadline or the end of the applications' hold,
+    // whichever is first (nullopt: neither).
+    std::optional<Clock::time_point> current_hold = hold;
+    auto left_at = [&](Clock::time_point t) -> std::optional<Clock::duration> {
+      std::optional<Clock::time_point> wake = own;
+      if (current_hold && (!wake || *current_hold < *wake)) wake = current_hold;
+      if (!wake) return std::nullopt;
+      return *wake - t;
+    };
+    Clock::time_point now = Clock::now();
+    std::optional<Clock::duration> left = left_at(now);
     const bool may_sleep = (!left || *left > Clock::duration::zero()) && PrepareToSleep();
     if (may_sleep) {
-      __kernel_timespec ts{};
-      if (left) {
-        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(*left).count();
-        ts.tv_sec = ns / 1'000'000'000;
-        ts.tv_nsec = ns % 1'000'000'000;
+      // Drivers never touch the ring, so it needs no lock while we wait.
+      ReleaseToSleep(own);
+      for (;;) {
+        __kernel_timespec ts{};
+        if (left) {
+          const auto ns =
+              std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(*left).count());
+          ts.tv_sec = ns / 1'000'000'000;
+          ts.tv_nsec = ns % 1'000'000'000;
+        }
+        io_uring_cqe* cqe = nullptr;
+        const int rc =
+            io_uring_submit_and_wait_timeout(&u_->ring, &cqe, 1, left ? &ts : nullptr, nullptr);
+        Add(counters().wakeups);
+        if (rc < 0 && rc != -ETIME && rc != -EINTR) {
+          RDMAEMU_WARN_LIMITED("io_uring wait: {}", ErrnoText(-rc));
+        }
+        if (rc != -ETIME || io_uring_cq_ready(&u_->ring) != 0) break;
+        now = Clock::now();
+        if (!SleepAgain(now, &current_hold)) break;
+        left = left_at(now);
       }
-      io_uring_cqe* cqe = nullptr;
-      const int rc =
-          io_uring_submit_and_wait_timeout(&u_->ring, &cqe, 1, left ? &ts : nullptr, nullptr);
+      AcquireDrive();
       AfterSleep();
-      Add(counters().wakeups);
-      if (rc < 0 && rc != -ETIME && rc != -EINTR) {
-        RDMAEMU_WARN_LIMITED("io_uring wait: {}", ErrnoText(-rc));
-      }
     } else {
       io_uring_submit(&u_->ring);
+      // A driver waiting for the lock gets its turn.
+      ReleaseToSleep(now);
+      AcquireDrive();
     }
     Reap();
     const bool delivered = Deliver();
     MaybeWork(delivered);
   }
+  ReleaseToSleep(std::nullopt);
   Drain();
+}
+
+bool UringLoop::DriveReceive() {
+  bool delivered = false;
+  for (int s = 0; s < num_sockets(); ++s) {
+    if (handed_over_[s] && direct_.ReceiveAll(fds_[s], s, handler(), stop_flag())) delivered = true;
+  }
+  return delivered;
+}
+
+void UringLoop::DriveFlush() { FlushDirect(); }
+
+void UringLoop::FlushDirect() {
+  if (direct_.empty()) return;
+  int blocked = -1;
+  if (direct_.Flush(std::span<const int>(fds_.data(), num_sockets()), &blocked) !=
+      DirectIo::Flushed::kAll) {
+    SetRetryAt(Clock::now() + kSendRetryDelay);
+  }
 }
 
 io_uring_sqe* UringLoop::GetSqe() {
@@ -353,10 +434,16 @@ void UringLoop::ArmDoorbell() {
 }
 
 void UringLoop::Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos) {
-  CheckLoopThread("Loop::Send");
+  CheckDriving("Loop::Send");
   if (socket < 0 || socket >= num_sockets()) {
     Add(counters().send_errors);
     RDMAEMU_WARN_LIMITED("Loop::Send: no socket {} (the loop has {})", socket, num_sockets());
+    return;
+  }
+  // Behind what an application thread queued and could not send yet, or
+  // from one: the plain path, in order.
+  if (DrivenByApplication() || !direct_.empty()) {
+    if (direct_.Queue(socket, to, iov, tos)) FlushDirect();
     return;
   }
   int id = pool_.Acquire(socket, to, iov, tos);
@@ -421,7 +508,7 @@ void UringLoop::HandleRecv(const io_uring_cqe& cqe) {
   int socket;
   if (slot < kFirstGroupHandle) {
     socket = static_cast<int>(slot);
-    if (ended) recv_armed_[socket] = false;
+    if (ended) recv_armed_[socket] = recv_cancelling_[socket] = false;
   } else {
     auto it = groups_.find(slot);
     if (it == groups_.end()) return;  // never: a group leaves on its last completion

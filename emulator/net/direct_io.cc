@@ -1,0 +1,147 @@
+// DirectIo: recvmmsg and sendmmsg on the drive lock holder's thread.
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "emulator/base/log.h"
+#include "emulator/net/loop_internal.h"
+
+namespace rdmaemu::net::internal {
+namespace {
+
+in_addr DestinationOf(const msghdr& msg) {
+  for (const cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
+       c = CMSG_NXTHDR(const_cast<msghdr*>(&msg), const_cast<cmsghdr*>(c))) {
+    if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+      in_pktinfo info;
+      std::memcpy(&info, CMSG_DATA(c), sizeof(info));
+      return info.ipi_addr;
+    }
+  }
+  return in_addr{INADDR_ANY};
+}
+
+uint8_t TosOf(const msghdr& msg) {
+  for (const cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
+       c = CMSG_NXTHDR(const_cast<msghdr*>(&msg), const_cast<cmsghdr*>(c))) {
+    if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) return *CMSG_DATA(c);
+  }
+  return 0;
+}
+
+}  // namespace
+
+bool DirectIo::ReceiveAll(int fd, int owner, LoopHandler& handler, const std::atomic<bool>& stop) {
+  if (buffers_.empty()) buffers_.resize(size_t{kBatch} * kReceiveBufferBytes);
+  bool delivered = false;
+  for (int round = 0; round < kReceiveRounds && !stop.load(std::memory_order_relaxed); ++round) {
+    for (int i = 0; i < kBatch; ++i) {
+      iovs_[i] = {buffers_.data() + static_cast<size_t>(i) * kReceiveBufferBytes, kReceiveBufferBytes};
+      msghdr& m = msgs_[i].msg_hdr;
+      m = {};
+      m.msg_name = &names_[i];
+      m.msg_namelen = sizeof(names_[i]);
+      m.msg_iov = &iovs_[i];
+      m.msg_iovlen = 1;
+      m.msg_control = controls_[i].bytes;
+      m.msg_controllen = sizeof(controls_[i].bytes);
+    }
+    const int n = recvmmsg(fd, msgs_.data(), kBatch, MSG_DONTWAIT, nullptr);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      // ECONNREFUSED and friends: an ICMP error for an earlier send.
+      Add(counters_.receive_errors);
+      Log().debug("recvmmsg: {}", ErrnoText(errno));
+      continue;
+    }
+    size_t count = 0;
+    uint64_t bytes = 0;
+    for (int i = 0; i < n; ++i) {
+      const msghdr& m = msgs_[i].msg_hdr;
+      if (m.msg_flags & MSG_TRUNC) {
+        Add(counters_.receive_errors);
+        RDMAEMU_WARN_LIMITED("dropped a datagram larger than {} bytes", kReceiveBufferBytes);
+        continue;
+      }
+      Datagram& d = batch_[count++];
+      d.src = names_[i];
+      d.dst = DestinationOf(m);
+      d.tos = TosOf(m);
+      d.data = {static_cast<const uint8_t*>(iovs_[i].iov_base), msgs_[i].msg_len};
+      d.socket = owner;
+      bytes += msgs_[i].msg_len;
+    }
+    if (count > 0 && !stop.load(std::memory_order_relaxed)) {
+      Add(counters_.datagrams_received, count);
+      Add(counters_.bytes_received, bytes);
+      Add(counters_.batches);
+      handler.OnDatagrams(std::span<const Datagram>(batch_.data(), count));
+      delivered = true;
+    }
+    if (n < kBatch) break;
+  }
+  return delivered;
+}
+
+bool DirectIo::Queue(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos) {
+  const int id = pool_.Acquire(socket, to, iov, tos);
+  if (id < 0) {
+    Add(counters_.send_drops);
+    return false;
+  }
+  queue_[(queue_head_ + queue_size_) % queue_.size()] = id;
+  ++queue_size_;
+  return queue_size_ >= static_cast<size_t>(kBatch);
+}
+
+DirectIo::Flushed DirectIo::Flush(std::span<const int> fds, int* blocked_socket) {
+  while (queue_size_ > 0) {
+    // One sendmmsg carries consecutive datagrams of one socket.
+    const int socket = pool_[queue_[queue_head_]].socket;
+    const int most = static_cast<int>(std::min<size_t>(queue_size_, kBatch));
+    int k = 0;
+    for (; k < most; ++k) {
+      const SendSlot& slot = pool_[queue_[(queue_head_ + k) % queue_.size()]];
+      if (slot.socket != socket) break;
+      send_msgs_[k] = {};
+      send_msgs_[k].msg_hdr = slot.msg;
+    }
+    const int n = sendmmsg(fds[socket], send_msgs_.data(), k, MSG_DONTWAIT);
+    int done = n;
+    if (n < 0) {
+      const int err = errno;
+      if (err == EINTR) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) {
+        Add(counters_.send_retries);
+        *blocked_socket = socket;
+        return Flushed::kWouldBlock;
+      }
+      if (err == ENOBUFS) {
+        Add(counters_.send_retries);
+        return Flushed::kNoBuffers;
+      }
+      // Refused for good (ECONNREFUSED from an ICMP error, EMSGSIZE, ...):
+      // count it, drop that datagram and go on with the rest.
+      Add(counters_.send_errors);
+      Log().debug("sendmmsg to {}: {}", ToString(pool_[queue_[queue_head_]].to), ErrnoText(err));
+      done = 1;
+    } else {
+      uint64_t bytes = 0;
+      for (int i = 0; i < n; ++i) bytes += send_msgs_[i].msg_len;
+      Add(counters_.datagrams_sent, n);
+      Add(counters_.bytes_sent, bytes);
+    }
+    for (int i = 0; i < done; ++i) {
+      pool_.Release(queue_[queue_head_]);
+      queue_head_ = (queue_head_ + 1) % queue_.size();
+      --queue_size_;
+    }
+  }
+  return Flushed::kAll;
+}
+
+}  // namespace rdmaemu::net::internal
