@@ -262,27 +262,33 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
                      objects::WcStatus::kLocLenErr);
       return;
     }
-    if (packet.Has(wire::kIethMask) && objects::IsWindowKey(packet.ieth().rkey())) {
-      // SEND with invalidate naming a memory window: the window is
-      // invalidated as the message is delivered. One the
-      // responder cannot invalidate fails the message: the receive
-      // completes in error and the sender is NAKed, as rxe does.
-      Status s = device_->mws().Invalidate(packet.ieth().rkey(), qp.pd, qp.qpn);
+    if (packet.Has(wire::kIethMask)) {
+      // SEND with invalidate: the window it names is invalidated as the
+      // message is delivered. What the responder cannot invalidate fails
+      // the message (the receive completes in error, the sender is NAKed),
+      // as rxe does: a type 1 window, another QP's or PD's window, a stale
+      // key, and a region's rkey too: the IBA lets a SEND with invalidate
+      // revoke type 2 windows and regions of fast registration, and
+      // ibv_reg_mr makes none (rxe_invalidate_mr refuses its regions).
+      // Delivering such a message as a success would tell the receiver a
+      // key was revoked that still works.
+      const uint32_t rkey = packet.ieth().rkey();
+      Status s = objects::IsWindowKey(rkey)
+                     ? device_->mws().Invalidate(rkey, qp.pd, qp.qpn)
+                     : InvalidArgument(device_->mrs().FindByRkey(rkey)
+                                           ? "it names a memory region, and regions of ibv_reg_mr "
+                                             "cannot be invalidated (only memory windows can)"
+                                           : "it names no memory window (nor any region)");
       if (!s.ok()) {
         ResponderError(qp, wire::NakCode::kInvalidRequest, psn,
-                       fmt::format("SEND with invalidate of rkey {:#x}: {}", packet.ieth().rkey(),
-                                   s.message()),
+                       fmt::format("SEND with invalidate of rkey {:#x}: {}", rkey, s.message()),
                        objects::WcStatus::kRemInvReqErr);
         return;
       }
       if (DebugOn()) {
         Log().debug("{} qp#{}: SEND with invalidate: rkey {:#x} invalidated", device_->name(),
-                    qp.qpn, packet.ieth().rkey());
+                    qp.qpn, rkey);
       }
-    } else if (packet.Has(wire::kIethMask) && DebugOn()) {
-      Log().debug("{} qp#{}: SEND with invalidate of rkey {:#x}, which names no memory window: "
-                  "delivered, nothing invalidated (regions of ibv_reg_mr cannot be)",
-                  device_->name(), qp.qpn, packet.ieth().rkey());
     }
     ScatterRange(qp.recv.sges, qp.recv_offset, data);
     qp.recv_offset += data.size();

@@ -545,6 +545,32 @@ TEST_F(MemoryWindowTest, SendWithInvalidateOfAWindowOfAnotherQpFailsTheMessage) 
   EXPECT_EQ(buf_[kWindow], 7);
 }
 
+// Only windows (and regions of fast registration, which ibv_reg_mr never
+// makes) can be invalidated by a SEND with invalidate: a region's rkey, or
+// a key that names nothing, fails the message on both sides and revokes
+// nothing (issue 14; rxe_invalidate_mr refuses a user region too).
+TEST_F(MemoryWindowTest, SendWithInvalidateOfARegionsRkeyFailsTheMessage) {
+  ibv_mr* target = ibv_reg_mr(pd_, buf_.data() + kRegion - 8192, 4096,
+                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_NE(target, nullptr);
+  extra_mrs_.push_back(target);
+  for (uint32_t rkey : {target->rkey, 0x00abcd00u}) {
+    ibv_qp *a, *b;
+    ASSERT_NO_FATAL_FAILURE(Pair(&a, &b));
+    ASSERT_EQ(PostRecv(b, 1, Sge(8192, 64)), 0);
+    ibv_sge sge = Sge(0, 16);
+    ASSERT_EQ(PostInv(a, IBV_WR_SEND_WITH_INV, 2, rkey, &sge), 0);
+    EXPECT_EQ(Status(a, 2), IBV_WC_REM_INV_REQ_ERR) << std::hex << rkey;
+    EXPECT_EQ(Status(b, 1), IBV_WC_REM_INV_REQ_ERR) << std::hex << rkey;
+  }
+  // The region was not invalidated: it still serves a healthy pair.
+  ibv_qp *a, *b;
+  ASSERT_NO_FATAL_FAILURE(Pair(&a, &b));
+  EXPECT_EQ(Write(a, 3, reinterpret_cast<uintptr_t>(buf_.data() + kRegion - 8192), target->rkey, 9),
+            IBV_WC_SUCCESS);
+  EXPECT_EQ(buf_[kRegion - 8192], 9);
+}
+
 // --- windows and the life of their region -----------------------------------
 
 TEST_F(MemoryWindowTest, RegionWithABoundWindowCannotBeDeregistered) {
