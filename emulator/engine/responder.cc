@@ -119,10 +119,18 @@ void Engine::AnswerRead(Qp& qp, const ReplayEntry& r, uint32_t from_psn) {
   const uint32_t count = static_cast<uint32_t>(wire::PsnDiff(r.last_psn, r.psn)) + 1;
   std::shared_ptr<const objects::Mr> mr;
   if (r.length > 0) {
+    // Checked again in full, not only for the key: a duplicate READ is
+    // answered from memory as it is now, and since the first answer the
+    // region may have been re-registered into another PD or without
+    // IBV_ACCESS_REMOTE_READ, or the window invalidated and bound again
+    // elsewhere. After ibv_rereg_mr returns, the old rights give no access.
     mr = RemoteRegion(r.rkey);
-    if (!mr || !mr->Contains(r.va, r.length)) {
+    std::string refused = RemoteRefusal(qp, mr.get(), r.rkey, objects::kRemoteRead, r.va, r.length);
+    if (!refused.empty()) {
       ResponderError(qp, wire::NakCode::kRemoteAccessError, from_psn,
-                     "the memory region or window of a READ went away before it was answered");
+                     fmt::format("RDMA READ of [{:#x}, +{}) with rkey {:#x}, answered again, is "
+                                 "refused now: {}",
+                                 r.va, r.length, r.rkey, refused));
       return;
     }
   }

@@ -456,6 +456,43 @@ TEST_F(ResponderTest, ReadWithoutRemoteReadRightIsNakedRemoteAccess) {
   EXPECT_EQ(emu_.State(qp), IBV_QPS_ERR);
 }
 
+// A duplicate READ is answered from memory as it is now, so it is checked
+// as a new one: after ibv_rereg_mr took the region's REMOTE_READ right away
+// or moved it to another PD, the same rkey reads nothing (the model check
+// of the protection boundary found the duplicate answered from the old
+// rights).
+TEST_F(ResponderTest, DuplicateReadAfterReregistrationIsCheckedAgainstTheNewRights) {
+  auto data = Pattern(1500, 21);
+  for (int change : {IBV_REREG_MR_CHANGE_ACCESS, IBV_REREG_MR_CHANGE_PD}) {
+    RcParams p;
+    p.rq_psn = 100;
+    ibv_qp* qp = emu_.ConnectedQp(p);
+    ASSERT_NE(qp, nullptr);
+    ibv_pd* other = ibv_alloc_pd(emu_.ctx());
+    ASSERT_NE(other, nullptr);
+    std::vector<uint8_t> mem(data);
+    ibv_mr* mr = ibv_reg_mr(emu_.pd(), mem.data(), mem.size(),
+                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+    ASSERT_NE(mr, nullptr);
+    wire::PacketFields f = FakePeer::Request(Opcode::RC_RDMA_READ_REQUEST, qp->qp_num, 100);
+    f.reth = {reinterpret_cast<uintptr_t>(mem.data()), mr->rkey, 1500};
+    peer_->Send(f);
+    auto first = peer_->Receive();
+    ASSERT_TRUE(first.has_value());
+    EXPECT_EQ(first->opcode, Opcode::RC_RDMA_READ_RESPONSE_FIRST);
+    ASSERT_TRUE(peer_->Receive().has_value());  // the LAST
+
+    ASSERT_EQ(ibv_rereg_mr(mr, change, other, nullptr, 0, IBV_ACCESS_LOCAL_WRITE), 0);
+    EXPECT_EQ(mr->rkey, f.reth.rkey) << "the key stays: the duplicate names the same region";
+    peer_->Send(f);  // the responses were "lost": the same READ again
+    ExpectAck(100, wire::NakSyndrome(NakCode::kRemoteAccessError));
+    ExpectSilence(50ms);
+    EXPECT_EQ(emu_.State(qp), IBV_QPS_ERR);
+    EXPECT_EQ(ibv_dereg_mr(mr), 0);
+    EXPECT_EQ(ibv_dealloc_pd(other), 0);
+  }
+}
+
 // ---------------------------------------------------------------- atomics
 
 TEST_F(ResponderTest, AtomicsReturnOriginalValueAndDuplicatesAreNotExecutedTwice) {
