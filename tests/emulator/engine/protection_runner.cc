@@ -396,7 +396,8 @@ bool ProtectionRunner::Impl::DoRegister() {
     default: length = 1 + U(kArenaBytes - offset); break;
   }
   length = std::min(length, kArenaBytes - offset);
-  uint32_t access = static_cast<uint32_t>(U(32));  // LOCAL_WRITE .. MW_BIND
+  // Half the regions grant everything, so that requests get past the keys.
+  uint32_t access = Chance(0.5) ? 0x1f : static_cast<uint32_t>(U(32));  // LOCAL_WRITE .. MW_BIND
   if (!Chance(0.05) && (access & (model::kRemoteWrite | model::kRemoteAtomic))) access |= model::kLocalWrite;
   uint8_t* host = arena_ + offset;
   const uint64_t h = reinterpret_cast<uintptr_t>(host);
@@ -465,7 +466,14 @@ bool ProtectionRunner::Impl::DoReregister() {
     if (!r.fixed) candidates.push_back(h);
   }
   if (candidates.empty()) return DoRegister();
-  const int h = candidates[U(candidates.size())];
+  int h = candidates[U(candidates.size())];
+  // Often the region of a READ that a duplicate may ask for again: its
+  // rights, PD or translation change under the replay.
+  for (const auto& last : last_replayable_) {
+    for (int c : candidates) {
+      if (last && model_.regions().at(c).key == last->rkey && Chance(0.5)) h = c;
+    }
+  }
   ibv_mr* mr = regions_[h].mr;
   const model::Region before = model_.regions().at(h);
   int flags = 0;
@@ -625,7 +633,10 @@ bool ProtectionRunner::Impl::DoBind(int type) {
 bool ProtectionRunner::Impl::DoLocalInvalidate() {
   const int qp = static_cast<int>(U(kQps));
   uint32_t key;
-  const int wh = RandomKey(model_.windows());
+  int wh = RandomKey(model_.windows());
+  for (const auto& [h, w] : model_.windows()) {
+    if (w.type == 2 && w.bound && Chance(0.5)) wh = h;
+  }
   if (wh >= 0 && Chance(0.85)) {
     key = model_.windows().at(wh).key;
   } else if (!stale_keys_.empty() && Chance(0.5)) {
@@ -721,11 +732,12 @@ void ProtectionRunner::Impl::PickRange(Op op, int qp, uint64_t base, uint64_t le
 
 model::Request ProtectionRunner::Impl::MakeRequest() {
   model::Request r;
-  r.qp = static_cast<int>(U(kQps));
+  // Mostly the QPs that allow every operation.
+  r.qp = Chance(0.75) ? static_cast<int>(U(2)) : static_cast<int>(U(kQps));
   const model::Qp& q = model_.qp(r.qp);
   // Again the newest READ or atomic: a duplicate the responder answers from
   // its replay memory.
-  if (last_replayable_[r.qp] && Chance(0.05)) return *last_replayable_[r.qp];
+  if (last_replayable_[r.qp] && Chance(0.1)) return *last_replayable_[r.qp];
   const uint64_t o = U(100);
   r.op = o < 30 ? Op::kWrite : o < 55 ? Op::kRead : o < 65 ? Op::kCompareSwap : o < 75 ? Op::kFetchAdd
        : o < 87 ? Op::kSend : Op::kSendWithInvalidate;
@@ -735,7 +747,7 @@ model::Request ProtectionRunner::Impl::MakeRequest() {
     r.data.resize(U(q.recv_length + 200));
     if (r.op == Op::kSendWithInvalidate) {
       r.invalidate_rkey = r.rkey;
-      if (Chance(0.2)) {
+      if (Chance(0.5)) {
         // A type 2 window bound through this QP, if there is one.
         for (const auto& [h, w] : model_.windows()) {
           if (w.bound && w.type == 2 && w.qp == r.qp) r.invalidate_rkey = w.key;
@@ -831,7 +843,9 @@ bool ProtectionRunner::Impl::RemoteStep() {
   Note(fmt::format("{}: the model says {} psn {:#x}{} ({})", what, model::ToString(p.reply), p.psn,
                    p.recv != RecvStatus::kNone ? fmt::format(", receive {}", model::ToString(p.recv)) : "",
                    p.why));
-  Count(fmt::format("{} -> {}", model::ToString(r.op), model::ToString(p.reply)));
+  const int32_t distance = model::PsnDistance(r.psn, epsn_before);
+  Count(fmt::format("{}{} -> {}", model::ToString(r.op),
+                    distance < 0 ? " (duplicate)" : distance > 0 ? " (ahead)" : "", model::ToString(p.reply)));
   if ((r.op == Op::kRead || r.op == Op::kCompareSwap || r.op == Op::kFetchAdd) && !p.qp_error &&
       model::PsnDistance(r.psn, epsn_before) >= 0 && p.reply != Reply::kNakSequence && p.reply != Reply::kNothing) {
     last_replayable_[r.qp] = r;
