@@ -101,6 +101,7 @@ void Model::Reconnect(int i, uint32_t epsn) {
   q.nak_sent = false;
   q.error = false;
   q.last = {};
+  q.partial = {};
 }
 
 bool Model::KeyInUse(uint32_t key) const {
@@ -158,6 +159,7 @@ bool Model::Reregistered(int region, int pd, uint64_t host, uint64_t length, uin
   r.length = length;
   r.access = access;
   r.key = key;
+  ++r.generation;
   return true;
 }
 
@@ -207,6 +209,7 @@ bool Model::Bind(int qp, int window, int region, uint64_t va, uint64_t length, u
     return fail("a type 2 bind names a region");
   }
   if (w.bound && w.region >= 0) --regions_.at(w.region).windows;
+  ++w.generation;
   w.key = new_key;
   w.bound = r != nullptr;
   w.region = r != nullptr ? region : -1;
@@ -235,6 +238,7 @@ bool Model::LocalInvalidate(int qp, uint32_t key, std::string* why) {
       --regions_.at(w.region).windows;
       w.bound = false;
       w.region = -1;
+      ++w.generation;
       return true;
     }
     q.error = true;
@@ -248,7 +252,8 @@ bool Model::LocalInvalidate(int qp, uint32_t key, std::string* why) {
 // ---------------------------------------------------------------- requests
 
 std::optional<uint64_t> Model::Translate(int qp, uint32_t rkey, uint64_t va, uint64_t length,
-                                         uint32_t need, std::string* why) const {
+                                         uint32_t need, std::string* why,
+                                         std::pair<bool, int>* found) const {
   const Qp& q = qps_[static_cast<size_t>(qp)];
   for (const auto& [h, r] : regions_) {
     if (r.key != rkey) continue;
@@ -260,6 +265,7 @@ std::optional<uint64_t> Model::Translate(int qp, uint32_t rkey, uint64_t va, uin
       *why = fmt::format("[{:#x}, +{}) is outside the region [{:#x}, +{})", va, length, r.iova,
                          r.length);
     } else {
+      if (found != nullptr) *found = {false, h};
       return r.host + (va - r.iova);
     }
     return std::nullopt;
@@ -276,6 +282,7 @@ std::optional<uint64_t> Model::Translate(int qp, uint32_t rkey, uint64_t va, uin
       *why = fmt::format("[{:#x}, +{}) is outside the window [{:#x}, +{})", va, length, w.base,
                          w.length);
     } else {
+      if (found != nullptr) *found = {true, h};
       return w.host + (va - w.base);
     }
     return std::nullopt;
@@ -366,12 +373,29 @@ Prediction Model::Execute(const Request& r) {
         return Fatal(q, Reply::kNakInvalidRequest, r.psn, "the QP does not allow remote writes");
       }
       uint64_t host = 0;
+      std::pair<bool, int> found{false, -1};
       if (r.length > 0) {
         // A zero-length WRITE carries no key to check (IBA C9-88).
         std::string why;
-        auto at = Translate(r.qp, r.rkey, r.va, r.length, kRemoteWrite, &why);
+        auto at = Translate(r.qp, r.rkey, r.va, r.length, kRemoteWrite, &why, &found);
         if (!at) return Fatal(q, Reply::kNakRemoteAccess, r.psn, "WRITE: " + why);
         host = *at;
+      }
+      if (r.pause_after_first) {
+        // Only a WRITE of several packets that carries its length exactly.
+        assert(packets > 1 && r.data.size() == r.length);
+        std::memcpy(MutableImage(host, q.mtu), r.data.data(), q.mtu);
+        q.partial.active = true;
+        q.partial.window = found.first;
+        q.partial.handle = found.second;
+        q.partial.generation = found.first ? windows_.at(found.second).generation
+                                           : regions_.at(found.second).generation;
+        q.partial.host = host + q.mtu;
+        q.epsn = PsnAdd(r.psn, 1);
+        p.reply = Reply::kAck;
+        p.psn = r.psn;
+        p.why = "the first packet of a WRITE, acknowledged";
+        return p;
       }
       uint64_t left = r.length;
       for (uint32_t i = 0; i < packets; ++i) {
@@ -477,6 +501,7 @@ Prediction Model::Execute(const Request& r) {
         --regions_.at(target->region).windows;
         target->bound = false;
         target->region = -1;
+        ++target->generation;
         p.with_invalidate = true;
       }
       if (!r.data.empty()) std::memcpy(MutableImage(q.recv_host, r.data.size()), r.data.data(), r.data.size());
@@ -489,6 +514,35 @@ Prediction Model::Execute(const Request& r) {
       return p;
     }
   }
+  return p;
+}
+
+Prediction Model::Continue(const Request& r) {
+  Qp& q = qps_[static_cast<size_t>(r.qp)];
+  assert(q.partial.active && !q.error);
+  const Qp::Partial partial = q.partial;
+  q.partial = {};
+  const uint32_t packets = PacketCount(r, q.mtu);
+  bool same = false;
+  if (partial.window) {
+    auto it = windows_.find(partial.handle);
+    same = it != windows_.end() && it->second.generation == partial.generation;
+  } else {
+    auto it = regions_.find(partial.handle);
+    same = it != regions_.end() && it->second.generation == partial.generation;
+  }
+  if (!same) {
+    return Fatal(q, Reply::kNakRemoteAccess, PsnAdd(r.psn, 1),
+                 fmt::format("the {} of the WRITE in progress changed after its first packet",
+                             partial.window ? "window" : "region"));
+  }
+  const size_t rest = r.data.size() - q.mtu;
+  std::memcpy(MutableImage(partial.host, rest), r.data.data() + q.mtu, rest);
+  q.epsn = PsnAdd(r.psn, packets);
+  Prediction p;
+  p.reply = Reply::kAck;
+  p.psn = PsnAdd(r.psn, packets - 1);
+  p.why = "the rest of the WRITE, its grant unchanged";
   return p;
 }
 

@@ -29,6 +29,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rdmaemu::testing::model {
@@ -56,6 +57,7 @@ struct Region {
   uint64_t length = 0;
   uint32_t access = 0;
   int windows = 0;     // windows bound to it
+  uint64_t generation = 0;  // bumped by every change (re-registration)
 };
 
 struct Window {
@@ -69,6 +71,7 @@ struct Window {
   uint64_t length = 0;
   uint32_t access = 0;
   int qp = -1;        // type 2: the QP it was bound through
+  uint64_t generation = 0;  // bumped by every bind and invalidation
 };
 
 struct Qp {
@@ -91,6 +94,15 @@ struct Qp {
     uint32_t length = 0;
     uint64_t orig = 0;
   } last;
+  // A WRITE paused after its first packet (Request::pause_after_first):
+  // the object its key named then, as it was.
+  struct Partial {
+    bool active = false;
+    bool window = false;
+    int handle = 0;
+    uint64_t generation = 0;
+    uint64_t host = 0;  // where the next byte goes
+  } partial;
 };
 
 enum class Op { kWrite, kRead, kCompareSwap, kFetchAdd, kSend, kSendWithInvalidate };
@@ -107,6 +119,10 @@ struct Request {
   uint64_t compare = 0;         // atomics
   uint64_t swap_add = 0;
   uint32_t invalidate_rkey = 0; // SEND with invalidate
+  // A WRITE of several packets whose first packet is sent alone (and
+  // acknowledged); Continue() takes the rest, after whatever the test did
+  // to the regions and windows in between.
+  bool pause_after_first = false;
 };
 
 // How many packets a request's message travels in at `mtu` (a READ: its
@@ -186,6 +202,12 @@ class Model {
 
   // ---- a remote request: the answer, and its effects applied.
   Prediction Execute(const Request& request);
+  // The packets after the first of a paused WRITE: a message in progress
+  // may not touch memory its region or window no longer grants as it did
+  // (deregistered, re-registered, invalidated, bound again, deallocated),
+  // since after the verb returns the old grant is void: the rest is NAKed
+  // remote access error and writes nothing more.
+  Prediction Continue(const Request& request);
 
   const std::map<int, Region>& regions() const { return regions_; }
   const std::map<int, Window>& windows() const { return windows_; }
@@ -193,8 +215,10 @@ class Model {
  private:
   // Where the bytes [va, va+length) a key grants `need` on for `qp` are,
   // or nullopt with why not.
+  // `found` (if not null) says which object it was: {is a window, handle}.
   std::optional<uint64_t> Translate(int qp, uint32_t rkey, uint64_t va, uint64_t length,
-                                    uint32_t need, std::string* why) const;
+                                    uint32_t need, std::string* why,
+                                    std::pair<bool, int>* found = nullptr) const;
   bool KeyInUse(uint32_t key) const;
   Prediction Fatal(Qp& qp, Reply nak, uint32_t psn, std::string why);
 

@@ -80,17 +80,19 @@ class ProtectionRunner::Impl {
   bool Step();
   bool ObjectStep();
   bool DoRegister();
-  bool DoDeregister();
-  bool DoReregister();
+  bool DoDeregister(int forced = -1);
+  bool DoReregister(int forced = -1);
   bool DoAllocWindow();
-  bool DoDeallocWindow();
-  bool DoBind(int type);
-  bool DoLocalInvalidate();
+  bool DoDeallocWindow(int forced = -1);
+  bool DoBind(int type, int forced = -1);
+  bool DoLocalInvalidate(std::optional<uint32_t> forced_key = std::nullopt, int forced_qp = -1);
+  bool ChangeUnderTheWrite(const model::Qp::Partial& partial, int qp);
   bool RemoteStep();
   model::Request MakeRequest();
   uint32_t PickKey(int qp, uint64_t* base, uint64_t* length);
   void PickRange(Op op, int qp, uint64_t base, uint64_t length, model::Request* r);
-  void SendRequest(const model::Request& r, uint32_t mtu);
+  // Packets [from, to) of the request's message.
+  void SendRequest(const model::Request& r, uint32_t mtu, uint32_t from = 0, uint32_t to = ~0u);
   bool CheckAnswer(const model::Request& r, const model::Prediction& p);
   bool CheckMemory(const model::Prediction& p, const std::string& what);
   std::string Describe(const model::Request& r) const;
@@ -124,6 +126,7 @@ class ProtectionRunner::Impl {
   std::map<int, RealRegion> regions_;
   std::map<int, RealWindow> windows_;
   std::vector<uint32_t> stale_keys_;  // keys that no longer name anything (or name something new)
+  int busy_qp_ = -1;                  // a QP in the middle of a paused WRITE: no binds on it
 };
 
 // ---------------------------------------------------------------- setup
@@ -439,13 +442,13 @@ bool ProtectionRunner::Impl::DoRegister() {
   return true;
 }
 
-bool ProtectionRunner::Impl::DoDeregister() {
+bool ProtectionRunner::Impl::DoDeregister(int forced) {
   std::vector<int> candidates;
   for (const auto& [h, r] : regions_) {
     if (!r.fixed) candidates.push_back(h);
   }
   if (candidates.empty()) return DoRegister();
-  const int h = candidates[U(candidates.size())];
+  const int h = forced >= 0 ? forced : candidates[U(candidates.size())];
   const int want = model_.CheckDeregister(h);
   const uint32_t key = regions_[h].mr->rkey;
   const int rc = ibv_dereg_mr(regions_[h].mr);
@@ -460,7 +463,7 @@ bool ProtectionRunner::Impl::DoDeregister() {
   return true;
 }
 
-bool ProtectionRunner::Impl::DoReregister() {
+bool ProtectionRunner::Impl::DoReregister(int forced) {
   std::vector<int> candidates;
   for (const auto& [h, r] : regions_) {
     if (!r.fixed) candidates.push_back(h);
@@ -474,6 +477,7 @@ bool ProtectionRunner::Impl::DoReregister() {
       if (last && model_.regions().at(c).key == last->rkey && Chance(0.5)) h = c;
     }
   }
+  if (forced >= 0) h = forced;
   ibv_mr* mr = regions_[h].mr;
   const model::Region before = model_.regions().at(h);
   int flags = 0;
@@ -529,8 +533,8 @@ bool ProtectionRunner::Impl::DoAllocWindow() {
   return true;
 }
 
-bool ProtectionRunner::Impl::DoDeallocWindow() {
-  const int h = RandomKey(windows_);
+bool ProtectionRunner::Impl::DoDeallocWindow(int forced) {
+  const int h = forced >= 0 ? forced : RandomKey(windows_);
   if (h < 0) return DoAllocWindow();
   const uint32_t key = model_.windows().at(h).key;
   const int rc = ibv_dealloc_mw(windows_[h].mw);
@@ -543,18 +547,19 @@ bool ProtectionRunner::Impl::DoDeallocWindow() {
   return true;
 }
 
-bool ProtectionRunner::Impl::DoBind(int type) {
+bool ProtectionRunner::Impl::DoBind(int type, int forced) {
   std::vector<int> candidates;
   for (const auto& [h, w] : model_.windows()) {
     if (w.type == type) candidates.push_back(h);
   }
   if (candidates.empty()) return DoAllocWindow();
-  const int wh = candidates[U(candidates.size())];
+  const int wh = forced >= 0 ? forced : candidates[U(candidates.size())];
   const model::Window w = model_.windows().at(wh);
   // Mostly a QP and a region of the window's PD: the binds that work, and
   // the ones that fail on a rule of their own.
   int qp = static_cast<int>(U(kQps));
   if (Chance(0.85)) qp = w.pd + kPds * static_cast<int>(U(kQps / kPds));
+  if (qp == busy_qp_) qp = (qp + kPds) % kQps;
   std::vector<int> regions;
   for (const auto& [h, r] : model_.regions()) {
     if (!regions_[h].fixed && (r.pd == w.pd || Chance(0.1))) regions.push_back(h);
@@ -630,8 +635,9 @@ bool ProtectionRunner::Impl::DoBind(int type) {
   return true;
 }
 
-bool ProtectionRunner::Impl::DoLocalInvalidate() {
-  const int qp = static_cast<int>(U(kQps));
+bool ProtectionRunner::Impl::DoLocalInvalidate(std::optional<uint32_t> forced_key, int forced_qp) {
+  int qp = forced_qp >= 0 ? forced_qp : static_cast<int>(U(kQps));
+  if (qp == busy_qp_) qp = (qp + kPds) % kQps;
   uint32_t key;
   int wh = RandomKey(model_.windows());
   for (const auto& [h, w] : model_.windows()) {
@@ -644,6 +650,7 @@ bool ProtectionRunner::Impl::DoLocalInvalidate() {
   } else {
     key = model_.regions().at(RandomKey(model_.regions())).key;
   }
+  if (forced_key) key = *forced_key;
   ibv_send_wr wr{};
   wr.wr_id = 2000;
   wr.opcode = IBV_WR_LOCAL_INV;
@@ -665,6 +672,29 @@ bool ProtectionRunner::Impl::DoLocalInvalidate() {
   }
   if (!ok) return Recover(qp, recv_posted_[qp]);
   return true;
+}
+
+// Between the packets of a paused WRITE: mostly a change of the region or
+// window its key named, through a QP other than the writing one (which
+// must stay in RTS for the rest of its message); else any object step.
+bool ProtectionRunner::Impl::ChangeUnderTheWrite(const model::Qp::Partial& partial, int qp) {
+  const int other = (qp + kPds) % kQps;  // same PD, another QP
+  if (partial.handle < 0 || Chance(0.3)) {
+    // Something else: whatever it is, it must not disturb the write.
+    switch (U(3)) {
+      case 0: return DoRegister();
+      case 1: return DoAllocWindow();
+      default: return DoBind(2);
+    }
+  }
+  if (!partial.window) {
+    if (regions_.at(partial.handle).fixed) return true;
+    return Chance(0.5) ? DoDeregister(partial.handle) : DoReregister(partial.handle);
+  }
+  const model::Window& w = model_.windows().at(partial.handle);
+  if (Chance(0.3)) return DoDeallocWindow(partial.handle);
+  if (w.type == 2) return DoLocalInvalidate(w.key, other);
+  return DoBind(1, partial.handle);
 }
 
 // ---------------------------------------------------------------- requests
@@ -796,7 +826,8 @@ std::string ProtectionRunner::Impl::Describe(const model::Request& r) const {
   return s;
 }
 
-void ProtectionRunner::Impl::SendRequest(const model::Request& r, uint32_t mtu) {
+void ProtectionRunner::Impl::SendRequest(const model::Request& r, uint32_t mtu, uint32_t from_packet,
+                                         uint32_t to_packet) {
   const uint32_t qpn = qps_[r.qp]->qp_num;
   if (r.op == Op::kRead || r.op == Op::kCompareSwap || r.op == Op::kFetchAdd) {
     const Opcode op = r.op == Op::kRead ? Opcode::RC_RDMA_READ_REQUEST
@@ -812,7 +843,7 @@ void ProtectionRunner::Impl::SendRequest(const model::Request& r, uint32_t mtu) 
   const bool inv = r.op == Op::kSendWithInvalidate;
   const uint32_t packets = model::PacketCount(r, mtu);
   std::span<const uint8_t> all(r.data);
-  for (uint32_t i = 0; i < packets; ++i) {
+  for (uint32_t i = from_packet; i < std::min(packets, to_packet); ++i) {
     const bool first = i == 0, last = i + 1 == packets;
     Opcode op;
     if (write) {
@@ -826,7 +857,9 @@ void ProtectionRunner::Impl::SendRequest(const model::Request& r, uint32_t mtu) 
            : last        ? (inv ? Opcode::RC_SEND_LAST_WITH_INVALIDATE : Opcode::RC_SEND_LAST)
                          : Opcode::RC_SEND_MIDDLE;
     }
-    wire::PacketFields f = FakePeer::Request(op, qpn, model::PsnAdd(r.psn, i), last);
+    // A paused WRITE's first packet asks for its ACK, so the test knows it
+    // was taken before it changes anything.
+    wire::PacketFields f = FakePeer::Request(op, qpn, model::PsnAdd(r.psn, i), last || i + 1 == to_packet);
     f.reth = {r.va, r.rkey, r.length};
     f.invalidate_rkey = r.invalidate_rkey;
     const size_t from = size_t{i} * mtu;
@@ -835,9 +868,15 @@ void ProtectionRunner::Impl::SendRequest(const model::Request& r, uint32_t mtu) 
 }
 
 bool ProtectionRunner::Impl::RemoteStep() {
-  const model::Request r = MakeRequest();
+  model::Request r = MakeRequest();
   const uint32_t mtu = model_.qp(r.qp).mtu;
   const uint32_t epsn_before = model_.qp(r.qp).epsn;
+  // Now and then a WRITE stops after its first packet while its region or
+  // window (or another) changes, then goes on.
+  if (r.op == Op::kWrite && r.psn == epsn_before && r.data.size() == r.length && r.length > mtu &&
+      Chance(0.3)) {
+    r.pause_after_first = true;
+  }
   const model::Prediction p = model_.Execute(r);
   const std::string what = Describe(r);
   Note(fmt::format("{}: the model says {} psn {:#x}{} ({})", what, model::ToString(p.reply), p.psn,
@@ -850,8 +889,25 @@ bool ProtectionRunner::Impl::RemoteStep() {
       model::PsnDistance(r.psn, epsn_before) >= 0 && p.reply != Reply::kNakSequence && p.reply != Reply::kNothing) {
     last_replayable_[r.qp] = r;
   }
-  SendRequest(r, mtu);
+  SendRequest(r, mtu, 0, r.pause_after_first ? 1 : ~0u);
   if (!CheckAnswer(r, p)) return false;
+  if (r.pause_after_first && !p.qp_error) {
+    const model::Qp::Partial partial = model_.qp(r.qp).partial;
+    if (!CheckMemory(p, what + " (its first packet)")) return false;
+    busy_qp_ = r.qp;
+    const bool changed = ChangeUnderTheWrite(partial, r.qp);
+    busy_qp_ = -1;
+    if (!changed) return false;
+    const model::Prediction rest = model_.Continue(r);
+    Note(fmt::format("{}: the rest: the model says {} psn {:#x} ({})", what, model::ToString(rest.reply),
+                     rest.psn, rest.why));
+    Count(fmt::format("WRITE (rest after a pause) -> {}", model::ToString(rest.reply)));
+    SendRequest(r, mtu, 1);
+    if (!CheckAnswer(r, rest)) return false;
+    if (!CheckMemory(rest, what + " (the rest)")) return false;
+    if (rest.qp_error) return Recover(r.qp, recv_posted_[r.qp]);
+    return true;
+  }
   if (p.recv != RecvStatus::kNone) {
     auto wc = WaitCompletion(r.qp);
     if (!failure_.empty()) return false;
