@@ -31,6 +31,7 @@ const char* RightName(uint32_t need) {
 const char* ToString(Op op) {
   switch (op) {
     case Op::kWrite: return "WRITE";
+    case Op::kWriteWithImm: return "WRITE_IMM";
     case Op::kRead: return "READ";
     case Op::kCompareSwap: return "CMP_SWP";
     case Op::kFetchAdd: return "FETCH_ADD";
@@ -368,7 +369,8 @@ Prediction Model::Execute(const Request& r) {
   q.nak_sent = false;
 
   switch (r.op) {
-    case Op::kWrite: {
+    case Op::kWrite:
+    case Op::kWriteWithImm: {
       if (!(q.access & kRemoteWrite)) {
         return Fatal(q, Reply::kNakInvalidRequest, r.psn, "the QP does not allow remote writes");
       }
@@ -417,6 +419,13 @@ Prediction Model::Execute(const Request& r) {
       p.reply = Reply::kAck;
       p.psn = PsnAdd(r.psn, packets - 1);
       p.why = r.length == 0 ? "zero-length WRITE" : "WRITE granted";
+      if (r.op == Op::kWriteWithImm) {
+        // Its immediate takes a receive (and only a WRITE that is carried
+        // out does: a refused one leaves the receive posted).
+        p.recv = RecvStatus::kSuccess;
+        p.rdma_with_imm = true;
+        p.byte_len = r.length;
+      }
       return p;
     }
     case Op::kRead: {

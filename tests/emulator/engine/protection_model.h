@@ -105,7 +105,7 @@ struct Qp {
   } partial;
 };
 
-enum class Op { kWrite, kRead, kCompareSwap, kFetchAdd, kSend, kSendWithInvalidate };
+enum class Op { kWrite, kWriteWithImm, kRead, kCompareSwap, kFetchAdd, kSend, kSendWithInvalidate };
 const char* ToString(Op op);
 
 struct Request {
@@ -156,6 +156,7 @@ struct Prediction {
   RecvStatus recv = RecvStatus::kNone;
   uint32_t byte_len = 0;           // a successful receive's
   bool with_invalidate = false;
+  bool rdma_with_imm = false;      // the receive is a WRITE with immediate's
   std::vector<HostRange> undefined;
   bool qp_error = false;
   std::string why;                 // the rule that decided

@@ -1,5 +1,6 @@
 #include "tests/emulator/engine/protection_runner.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <sys/mman.h>
@@ -769,7 +770,7 @@ model::Request ProtectionRunner::Impl::MakeRequest() {
   // its replay memory.
   if (last_replayable_[r.qp] && Chance(0.1)) return *last_replayable_[r.qp];
   const uint64_t o = U(100);
-  r.op = o < 30 ? Op::kWrite : o < 55 ? Op::kRead : o < 65 ? Op::kCompareSwap : o < 75 ? Op::kFetchAdd
+  r.op = o < 22 ? Op::kWrite : o < 30 ? Op::kWriteWithImm : o < 55 ? Op::kRead : o < 65 ? Op::kCompareSwap : o < 75 ? Op::kFetchAdd
        : o < 87 ? Op::kSend : Op::kSendWithInvalidate;
   uint64_t base, length;
   r.rkey = PickKey(r.qp, &base, &length);
@@ -787,7 +788,7 @@ model::Request ProtectionRunner::Impl::MakeRequest() {
     r.rkey = 0;
   } else {
     PickRange(r.op, r.qp, base, length, &r);
-    if (r.op == Op::kWrite) {
+    if (r.op == Op::kWrite || r.op == Op::kWriteWithImm) {
       int64_t payload = r.length;
       if (Chance(0.05)) payload += static_cast<int64_t>(U(20)) - 10;
       r.data.resize(static_cast<size_t>(std::max<int64_t>(0, payload)));
@@ -802,7 +803,7 @@ model::Request ProtectionRunner::Impl::MakeRequest() {
   const double x = std::uniform_real_distribution<double>(0, 1)(rng_);
   if (x < 0.12 && r.op != Op::kRead && !(r.op == Op::kCompareSwap || r.op == Op::kFetchAdd)) {
     r.data.resize(std::min<size_t>(r.data.size(), q.mtu));
-    if (r.op == Op::kWrite) r.length = static_cast<uint32_t>(r.data.size());
+    if (r.op == Op::kWrite || r.op == Op::kWriteWithImm) r.length = static_cast<uint32_t>(r.data.size());
     r.psn = x < 0.06 ? model::PsnAdd(q.epsn, -1 - static_cast<int64_t>(U(4)))
                      : model::PsnAdd(q.epsn, 1 + static_cast<int64_t>(U(4)));
   } else if (x < 0.16) {
@@ -816,6 +817,7 @@ std::string ProtectionRunner::Impl::Describe(const model::Request& r) const {
   std::string s = fmt::format("QP {} {} psn {:#x}", r.qp, model::ToString(r.op), r.psn);
   switch (r.op) {
     case Op::kWrite:
+    case Op::kWriteWithImm:
       return s + fmt::format(" va {:#x} rkey {:#x} length {} payload {}", r.va, r.rkey, r.length, r.data.size());
     case Op::kRead: return s + fmt::format(" va {:#x} rkey {:#x} length {}", r.va, r.rkey, r.length);
     case Op::kCompareSwap:
@@ -839,7 +841,8 @@ void ProtectionRunner::Impl::SendRequest(const model::Request& r, uint32_t mtu, 
     peer_->Send(f);
     return;
   }
-  const bool write = r.op == Op::kWrite;
+  const bool write = r.op == Op::kWrite || r.op == Op::kWriteWithImm;
+  const bool imm = r.op == Op::kWriteWithImm;
   const bool inv = r.op == Op::kSendWithInvalidate;
   const uint32_t packets = model::PacketCount(r, mtu);
   std::span<const uint8_t> all(r.data);
@@ -847,9 +850,9 @@ void ProtectionRunner::Impl::SendRequest(const model::Request& r, uint32_t mtu, 
     const bool first = i == 0, last = i + 1 == packets;
     Opcode op;
     if (write) {
-      op = first && last ? Opcode::RC_RDMA_WRITE_ONLY
+      op = first && last ? (imm ? Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE : Opcode::RC_RDMA_WRITE_ONLY)
            : first       ? Opcode::RC_RDMA_WRITE_FIRST
-           : last        ? Opcode::RC_RDMA_WRITE_LAST
+           : last        ? (imm ? Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE : Opcode::RC_RDMA_WRITE_LAST)
                          : Opcode::RC_RDMA_WRITE_MIDDLE;
     } else {
       op = first && last ? (inv ? Opcode::RC_SEND_ONLY_WITH_INVALIDATE : Opcode::RC_SEND_ONLY)
@@ -862,6 +865,7 @@ void ProtectionRunner::Impl::SendRequest(const model::Request& r, uint32_t mtu, 
     wire::PacketFields f = FakePeer::Request(op, qpn, model::PsnAdd(r.psn, i), last || i + 1 == to_packet);
     f.reth = {r.va, r.rkey, r.length};
     f.invalidate_rkey = r.invalidate_rkey;
+    f.imm = r.psn;
     const size_t from = size_t{i} * mtu;
     peer_->Send(f, all.subspan(std::min(from, all.size()), std::min<size_t>(mtu, all.size() - std::min(from, all.size()))));
   }
@@ -922,8 +926,10 @@ bool ProtectionRunner::Impl::RemoteStep() {
     }
     if (want == IBV_WC_SUCCESS) {
       const bool inv = (wc->wc_flags & IBV_WC_WITH_INV) != 0;
-      if (wc->opcode != IBV_WC_RECV || wc->byte_len != p.byte_len || inv != p.with_invalidate ||
-          (inv && wc->invalidated_rkey != r.invalidate_rkey)) {
+      const ibv_wc_opcode opcode = p.rdma_with_imm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+      if (wc->opcode != opcode || wc->byte_len != p.byte_len || inv != p.with_invalidate ||
+          (inv && wc->invalidated_rkey != r.invalidate_rkey) ||
+          (p.rdma_with_imm && (!(wc->wc_flags & IBV_WC_WITH_IMM) || ntohl(wc->imm_data) != r.psn))) {
         return Fail(fmt::format("{}: receive completion opcode {} byte_len {} with_inv {}; the model says "
                                 "{} bytes, with_inv {}",
                                 what, int(wc->opcode), wc->byte_len, inv, p.byte_len, p.with_invalidate));
