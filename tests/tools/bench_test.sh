@@ -24,7 +24,7 @@ for row in tcp_bw udp_bw tcp_lat udp_lat; do
   grep -qE "^$row +kernel +[0-9.]+ " "$out" || fail "no kernel row $row with a result"
 done
 for engine in uring epoll; do
-  for row in rc_bw rc_lat rc_rdma_write_bw rc_rdma_read_bw rc_lat_events uc_bw ud_bw ud_lat \
+  for row in rc_bw rc_lat rc_rdma_write_bw rc_rdma_read_bw rc_lat_poll uc_bw ud_bw ud_lat \
              rc_compare_swap_mr rc_fetch_add_mr rc_rdma_write_lat rc_rdma_read_lat idle_cpu; do
     grep -qE "^$row +$engine +[0-9.]+ " "$out" || fail "no $engine row $row with a result"
   done
