@@ -32,9 +32,7 @@ class EpollLoop final : public LoopBase {
   EpollLoop(std::vector<UdpSocket> sockets, LoopHandler* handler, int doorbell_fd, int epoll_fd)
       : LoopBase(Backend::kEpoll, std::move(sockets), handler, doorbell_fd),
         epoll_fd_(epoll_fd),
-        direct_(counters()) {
-    for (int s = 0; s < num_sockets(); ++s) fds_[s] = socket_fd(s);
-  }
+        direct_(counters()) {}
 
   ~EpollLoop() override {
     Stop();
@@ -57,7 +55,6 @@ class EpollLoop final : public LoopBase {
   void DrainDoorbell();
 
   const int epoll_fd_;
-  std::array<int, kMaxSockets> fds_{};
 
   // Drive lock holder only.
   DirectIo direct_;
@@ -200,7 +197,7 @@ void EpollLoop::Send(int socket, const sockaddr_in& to, std::span<const iovec> i
 void EpollLoop::Flush() {
   if (blocked_ >= 0 || RetryPending()) return;
   int blocked = -1;
-  switch (direct_.Flush(std::span<const int>(fds_.data(), num_sockets()), &blocked)) {
+  switch (direct_.Flush(socket_fds(), &blocked)) {
     case DirectIo::Flushed::kAll:
       break;
     case DirectIo::Flushed::kWouldBlock:

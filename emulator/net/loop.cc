@@ -123,7 +123,9 @@ LoopBase::LoopBase(Backend backend, std::vector<UdpSocket> sockets, LoopHandler*
     : backend_(backend),
       sockets_(std::move(sockets)),
       handler_(handler),
-      doorbell_fd_(doorbell_fd) {}
+      doorbell_fd_(doorbell_fd) {
+  for (size_t s = 0; s < sockets_.size(); ++s) fds_[s] = sockets_[s].fd();
+}
 
 uint32_t LoopBase::AddGroupSocket(int owner, UdpSocket socket) {
   uint32_t handle;
@@ -308,7 +310,6 @@ bool LoopBase::Drive(bool receive) {
     return false;
   }
   driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
-  app_driving_ = true;
   bool delivered = false;
   if (receive) {
     app_drive_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -324,7 +325,6 @@ bool LoopBase::Drive(bool receive) {
   // planned to wake; a loop that is awake looks again before it sleeps.
   const std::optional<Clock::time_point> next = NextWake();
   const bool wake_loop = asleep_ && next && (!asleep_until_ || *next < *asleep_until_);
-  app_driving_ = false;
   driver_.store(std::thread::id(), std::memory_order_relaxed);
   drive_mu_.unlock();
   if (wake_loop) Ring();

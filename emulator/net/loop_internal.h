@@ -165,6 +165,8 @@ class LoopBase : public Loop {
   virtual void Run() = 0;
 
   int socket_fd(int socket) const { return sockets_[socket].fd(); }
+  // Every socket's fd, by index (what DirectIo::Flush takes).
+  std::span<const int> socket_fds() const { return {fds_.data(), sockets_.size()}; }
   int doorbell_fd() const { return doorbell_fd_; }
   LoopHandler& handler() { return *handler_; }
   Counters& counters() { return counters_; }
@@ -173,8 +175,9 @@ class LoopBase : public Loop {
 
   // Aborts with a message when Send is called by a thread not driving.
   void CheckDriving(const char* what) const;
-  // True while the calling thread is an application thread inside Drive.
-  bool DrivenByApplication() const { return app_driving_; }
+  // True when the caller, who drives (Send's callers do), is an
+  // application thread inside Drive rather than the loop thread.
+  bool DrivenByApplication() const { return !InLoopThread(); }
 
   // The drive lock, loop side: the loop thread holds it whenever it is not
   // blocked in the kernel. ReleaseToSleep lets go before a wait that ends
@@ -229,6 +232,7 @@ class LoopBase : public Loop {
   // Constant after construction.
   const Backend backend_;
   const std::vector<UdpSocket> sockets_;
+  std::array<int, kMaxSockets> fds_{};  // sockets_[i].fd()
   LoopHandler* const handler_;
   const int doorbell_fd_;
 
@@ -251,7 +255,6 @@ class LoopBase : public Loop {
   std::mutex drive_mu_;
   std::atomic<std::thread::id> driver_{};  // who holds drive_mu_
   std::atomic<bool> loop_waiting_{false};  // the loop thread waits for drive_mu_
-  bool app_driving_ = false;               // guarded by drive_mu_
   bool asleep_ = false;                    // guarded by drive_mu_
   std::optional<Clock::time_point> asleep_until_;  // guarded by drive_mu_
   // When an application thread last drove the receive side (steady clock

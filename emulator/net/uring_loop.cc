@@ -200,7 +200,6 @@ class UringLoop final : public LoopBase {
  public:
   UringLoop(std::vector<UdpSocket> sockets, LoopHandler* handler, std::unique_ptr<UringState> u)
       : LoopBase(Backend::kUring, std::move(sockets), handler, u->doorbell), u_(std::move(u)) {
-    for (int s = 0; s < num_sockets(); ++s) fds_[s] = socket_fd(s);
     recv_msg_.msg_namelen = sizeof(sockaddr_in);
     recv_msg_.msg_controllen = CMSG_SPACE(sizeof(in_pktinfo)) + CMSG_SPACE(sizeof(int));
   }
@@ -243,7 +242,6 @@ class UringLoop final : public LoopBase {
   void Drain();
 
   std::unique_ptr<UringState> u_;
-  std::array<int, kMaxSockets> fds_{};
   // Drive lock holder only: the I/O of application threads that drive.
   DirectIo direct_{counters()};
 
@@ -370,7 +368,7 @@ void UringLoop::Run() {
 bool UringLoop::DriveReceive() {
   bool delivered = false;
   for (int s = 0; s < num_sockets(); ++s) {
-    if (handed_over_[s] && direct_.ReceiveAll(fds_[s], s, handler(), stop_flag())) delivered = true;
+    if (handed_over_[s] && direct_.ReceiveAll(socket_fd(s), s, handler(), stop_flag())) delivered = true;
   }
   return delivered;
 }
@@ -380,7 +378,7 @@ void UringLoop::DriveFlush() { FlushDirect(); }
 void UringLoop::FlushDirect() {
   if (direct_.empty()) return;
   int blocked = -1;
-  if (direct_.Flush(std::span<const int>(fds_.data(), num_sockets()), &blocked) !=
+  if (direct_.Flush(socket_fds(), &blocked) !=
       DirectIo::Flushed::kAll) {
     SetRetryAt(Clock::now() + kSendRetryDelay);
   }
