@@ -162,6 +162,11 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
   a.completion_timestamp_mask = ~uint64_t{0};
   a.hca_core_clock = 1000000;  // kHz
   a.phys_port_cnt_ex = static_cast<uint32_t>(dev.num_ports());
+  // The 64-bit flags repeat the 32 classic ones; above them, the Memory
+  // Placement Extensions (the kernel's IB_UVERBS_DEVICE_FLUSH_GLOBAL and
+  // _ATOMIC_WRITE, bits 38 and 40; Debian 12's headers predate them). No
+  // FLUSH_PERSISTENT: this device has no persistent memory.
+  a.device_cap_flags_ex = o.device_cap_flags | device::kCapFlushGlobal | device::kCapAtomicWrite;
   // Receive-side scaling on UD QPs through WQs (provider/wq.cc).
   a.max_wq_type_rq = device::kMaxWq;
   a.rss_caps.supported_qpts = 1u << IBV_QPT_UD;

@@ -17,7 +17,8 @@ std::atomic<uint32_t> g_next_pd_handle{1};
 constexpr unsigned kIbvKnownAccess =
     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
     IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
-    IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING;
+    IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING |
+    objects::kFlushGlobal | objects::kFlushPersistent;
 
 // libibverbs' access bits are the IBTA ones, and so the device's.
 static_assert(uint32_t{IBV_ACCESS_LOCAL_WRITE} == objects::kLocalWrite);

@@ -62,8 +62,17 @@ struct Cq {
 struct WrBatch;
 struct RwqIndTable;
 
+// ibv_qp_ex's members after wr_atomic_write, as rdma-core 45 and later
+// append them: a program built against newer headers reads them here.
+// Debian 12's verbs.h (rdma-core 44) ends ibv_qp_ex before them.
+using WrFlushFn = void (*)(ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr, size_t len,
+                           uint8_t type, uint8_t level);
+inline constexpr ibv_wr_opcode kWrFlush = static_cast<ibv_wr_opcode>(14);  // IBV_WR_FLUSH
+inline constexpr uint64_t kQpExWithFlush = uint64_t{1} << 11;             // IBV_QP_EX_WITH_FLUSH
+
 struct Qp {
   ibv_qp_ex ibv;  // must be first; starts with ibv_qp
+  WrFlushFn wr_flush = nullptr;  // must follow ibv (see WrFlushFn)
   std::shared_ptr<engine::Qp> qp;
   objects::QpType type = objects::QpType::kRc;
   bool sq_sig_all = false;
@@ -104,6 +113,9 @@ struct Ah {
   ibv_ah_attr attr;
   uint32_t dst_ip = 0;  // network order
 };
+
+static_assert(offsetof(Qp, wr_flush) == sizeof(ibv_qp_ex),
+              "wr_flush must sit where newer headers put ibv_qp_ex::wr_flush");
 
 inline Context* ToContext(ibv_context* c) {
   return reinterpret_cast<Context*>(reinterpret_cast<char*>(c) - offsetof(verbs_context, context));

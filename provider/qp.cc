@@ -120,9 +120,10 @@ bool OpcodeAllowed(engine::QpType type, ibv_wr_opcode op) {
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_ATOMIC_WRITE:
       return type == engine::QpType::kRc;
     default:
-      return false;
+      return op == kWrFlush && type == engine::QpType::kRc;
   }
 }
 
@@ -137,7 +138,8 @@ engine::SendOp ToSendOp(ibv_wr_opcode op) {
     case IBV_WR_ATOMIC_FETCH_AND_ADD: return engine::SendOp::kFetchAdd;
     case IBV_WR_BIND_MW: return engine::SendOp::kBindMw;
     case IBV_WR_LOCAL_INV: return engine::SendOp::kLocalInv;
-    default: return engine::SendOp::kSend;
+    case IBV_WR_ATOMIC_WRITE: return engine::SendOp::kAtomicWrite;
+    default: return op == kWrFlush ? engine::SendOp::kFlush : engine::SendOp::kSend;
   }
 }
 
@@ -203,6 +205,24 @@ Result<engine::SendWqe> BuildSendWqe(Qp& qp, const ibv_send_wr& wr, bool bind_ve
     // Local operations carry no data: their SGEs (if any) are not read.
     if (wr.opcode == IBV_WR_BIND_MW) {
       if (Status s = FillBind(qp, wr, bind_verb, w); !s.ok()) return fail(s.message());
+    }
+    return w;
+  }
+  if (wr.opcode == IBV_WR_ATOMIC_WRITE || wr.opcode == kWrFlush) {
+    // Built only by ibv_wr_atomic_write / ibv_wr_flush (qp_ex.cc), which
+    // carry their operands in wr.wr.atomic: see PlacementWr there.
+    w.remote_addr = wr.wr.atomic.remote_addr;
+    w.rkey = wr.wr.atomic.rkey;
+    if (wr.opcode == IBV_WR_ATOMIC_WRITE) {
+      const uint64_t value = wr.wr.atomic.compare_add;
+      const auto* bytes = reinterpret_cast<const uint8_t*>(&value);
+      w.inline_data.assign(bytes, bytes + sizeof value);
+      w.is_inline = true;
+      w.length = sizeof value;
+    } else {
+      w.length = wr.wr.atomic.compare_add;
+      w.flush_type = static_cast<uint8_t>(wr.wr.atomic.swap);
+      w.flush_level = static_cast<uint8_t>(wr.wr.atomic.swap >> 8);
     }
     return w;
   }
@@ -306,6 +326,18 @@ int PostSend(ibv_qp* ibv, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   int rc = 0;
   ibv_send_wr* first_bad = nullptr;
   for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
+    if (w->opcode == IBV_WR_ATOMIC_WRITE || w->opcode == kWrFlush) {
+      // As rxe: ibv_send_wr has no field for an atomic write's 8 bytes nor
+      // for a flush's type and level; only the extended post API has.
+      RDMAEMU_WARN_LIMITED("ibv_post_send qp#{} wr_id {}: {} is posted with {} (the extended post "
+                           "API, ibv_qp_to_qp_ex), not with ibv_post_send",
+                           qp->qp->qpn, w->wr_id,
+                           w->opcode == kWrFlush ? "IBV_WR_FLUSH" : "IBV_WR_ATOMIC_WRITE",
+                           w->opcode == kWrFlush ? "ibv_wr_flush" : "ibv_wr_atomic_write");
+      rc = EINVAL;
+      first_bad = w;
+      break;
+    }
     auto built = BuildSendWqe(*qp, *w);
     if (!built.ok()) {
       rc = built.status().code();

@@ -81,6 +81,7 @@ constexpr OpFlag kOpFlags[] = {
     {IBV_QP_EX_WITH_SEND_WITH_INV, "SEND_WITH_INV"},
     {IBV_QP_EX_WITH_TSO, "TSO"},
     {IBV_QP_EX_WITH_ATOMIC_WRITE, "ATOMIC_WRITE"},
+    {kQpExWithFlush, "FLUSH"},
 };
 
 std::string FlagNames(uint64_t flags) {
@@ -99,8 +100,9 @@ std::string FlagNames(uint64_t flags) {
   return out;
 }
 
-// What this device carries on each transport (the same opcodes ibv_post_send
-// accepts; TSO and ATOMIC_WRITE are not implemented).
+// What this device carries on each transport (the opcodes ibv_post_send
+// accepts, and ATOMIC_WRITE and FLUSH, which only this API posts; TSO is
+// not implemented).
 uint64_t SupportedSendOps(ibv_qp_type type) {
   constexpr uint64_t kSend = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
   constexpr uint64_t kWrite = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
@@ -108,7 +110,8 @@ uint64_t SupportedSendOps(ibv_qp_type type) {
   switch (type) {
     case IBV_QPT_RC:
       return kSend | kWrite | kWindows | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_RDMA_READ |
-             IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+             IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+             IBV_QP_EX_WITH_ATOMIC_WRITE | kQpExWithFlush;
     case IBV_QPT_UC:
       return kSend | kWrite | kWindows;
     case IBV_QPT_UD:
@@ -273,8 +276,45 @@ void WrLocalInv(ibv_qp_ex* q, uint32_t invalidate_rkey) {
   }
 }
 
+// ATOMIC_WRITE and FLUSH have no fields of their own in ibv_send_wr; the
+// batch carries their operands in wr.wr.atomic, which BuildSendWqe reads
+// for these two opcodes only: remote_addr and rkey as named, compare_add the
+// 8 bytes to write (copied now, as the man page lets the caller reuse
+// atomic_wr at once) or the flush's length, swap the flush's type and level.
 void WrAtomicWrite(ibv_qp_ex* q, uint32_t rkey, uint64_t remote_addr, const void* atomic_wr) {
-  Begin(q, "ibv_wr_atomic_write", IBV_WR_ATOMIC_WRITE, 0);
+  auto* p = Begin(q, "ibv_wr_atomic_write", IBV_WR_ATOMIC_WRITE, IBV_QP_EX_WITH_ATOMIC_WRITE);
+  if (p == nullptr) return;
+  if (atomic_wr == nullptr) {
+    Record(*p, EINVAL, "ibv_wr_atomic_write without the 8 bytes to write (atomic_wr is NULL)");
+    return;
+  }
+  p->wr.wr.atomic.rkey = rkey;
+  p->wr.wr.atomic.remote_addr = remote_addr;
+  std::memcpy(&p->wr.wr.atomic.compare_add, atomic_wr, sizeof p->wr.wr.atomic.compare_add);
+}
+
+void WrFlush(ibv_qp_ex* q, uint32_t rkey, uint64_t remote_addr, size_t len, uint8_t type, uint8_t level) {
+  auto* p = Begin(q, "ibv_wr_flush", kWrFlush, kQpExWithFlush);
+  if (p == nullptr) return;
+  constexpr uint8_t kGlobal = 1, kPersistent = 2, kRange = 0, kMr = 1;
+  if (type == 0 || (type & ~(kGlobal | kPersistent)) != 0) {
+    Record(*p, EINVAL, fmt::format("ibv_wr_flush: type {:#x} is not IBV_FLUSH_GLOBAL and/or "
+                                   "IBV_FLUSH_PERSISTENT", type));
+    return;
+  }
+  if (level != kRange && level != kMr) {
+    Record(*p, EINVAL, fmt::format("ibv_wr_flush: level {} is neither IBV_FLUSH_RANGE (0) nor "
+                                   "IBV_FLUSH_MR (1)", level));
+    return;
+  }
+  if (len > UINT32_MAX) {
+    Record(*p, EINVAL, fmt::format("ibv_wr_flush: length {} does not fit the RETH's 32 bits", len));
+    return;
+  }
+  p->wr.wr.atomic.rkey = rkey;
+  p->wr.wr.atomic.remote_addr = remote_addr;
+  p->wr.wr.atomic.compare_add = len;
+  p->wr.wr.atomic.swap = type | (uint64_t{level} << 8);
 }
 
 // ---- setters ----------------------------------------------------------------
@@ -479,6 +519,7 @@ void InstallQpEx(Qp& qp, uint64_t send_ops_flags) {
   x.wr_bind_mw = WrBindMw;
   x.wr_local_inv = WrLocalInv;
   x.wr_atomic_write = WrAtomicWrite;
+  qp.wr_flush = WrFlush;
   x.wr_set_ud_addr = SetUdAddr;
   x.wr_set_xrc_srqn = SetXrcSrqn;
   x.wr_set_inline_data = SetInlineData;

@@ -35,6 +35,10 @@ inline constexpr int kMaxSrqSge = 27;
 inline constexpr int kMaxMcastGrp = 256;
 inline constexpr int kMaxMcastQpAttach = 56;
 inline constexpr int kMaxInlineData = 256;
+// device_cap_flags_ex bits above the classic 32 (the kernel's
+// IB_UVERBS_DEVICE_FLUSH_GLOBAL and IB_UVERBS_DEVICE_ATOMIC_WRITE).
+inline constexpr uint64_t kCapFlushGlobal = uint64_t{1} << 38;
+inline constexpr uint64_t kCapAtomicWrite = uint64_t{1} << 40;
 // The P_Key table of an InfiniBand port; a RoCE port has one entry, 0xFFFF.
 inline constexpr uint16_t kMaxPkeys = 16;
 // Work queues share the QP number space; receive indirection tables hold

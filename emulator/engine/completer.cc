@@ -25,8 +25,13 @@ bool IsRead(const Inflight& f) { return f.wqe.op == SendOp::kRdmaRead; }
 bool IsAtomic(const Inflight& f) {
   return f.wqe.op == SendOp::kCompareSwap || f.wqe.op == SendOp::kFetchAdd;
 }
-// A READ or atomic is done when its response data has all arrived.
-bool ResponseComplete(const Inflight& f) { return (!IsRead(f) && !IsAtomic(f)) || f.done; }
+// ATOMIC WRITE and FLUSH: answered by a zero-length READ RESPONSE ONLY.
+bool IsPlacement(const Inflight& f) {
+  return f.wqe.op == SendOp::kAtomicWrite || f.wqe.op == SendOp::kFlush;
+}
+// A request answered from a responder resource is done when its answer has
+// all arrived; an ACK alone does not complete it.
+bool ResponseComplete(const Inflight& f) { return !UsesResponderResource(f.wqe.op) || f.done; }
 
 }  // namespace
 
@@ -40,7 +45,8 @@ void Engine::CompleteFront(Qp& qp, objects::WcStatus status) {
   c.status = status;
   c.opcode = CompletionOpcode(f.wqe.op);
   c.qp_num = qp.qpn;
-  c.byte_len = static_cast<uint32_t>(f.wqe.length);
+  // A FLUSH moves no bytes; its length names the range it made visible.
+  c.byte_len = f.wqe.op == SendOp::kFlush ? 0 : static_cast<uint32_t>(f.wqe.length);
   c.timestamp_ns = NowNs();
   PushCqe(qp, qp.send_cq, c);
 }
@@ -177,6 +183,22 @@ void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_poin
 
   if (packet.Has(wire::kReadMask)) {
     for (Inflight& f : qp.inflight) {
+      if (IsPlacement(f) && f.sent && f.first_psn == psn) {
+        if (f.done) return;  // duplicate
+        AckUpTo(qp, wire::PsnAdd(psn, -1));
+        if (qp.attrs.state == QpState::kErr) return;
+        if (!packet.payload().empty() || !packet.Has(wire::kOnlyMask)) {
+          FailQp(qp, objects::WcStatus::kBadRespErr,
+                 fmt::format("the answer to {} WR {} is a {} with {} bytes, not a zero-length "
+                             "RDMA READ RESPONSE ONLY",
+                             SendOpName(f.wqe.op), f.wqe.wr_id, packet.info().name,
+                             packet.payload().size()));
+          return;
+        }
+        f.done = true;
+        AckUpTo(qp, psn);
+        return;
+      }
       if (!IsRead(f) || !f.sent) continue;
       if (wire::PsnDiff(psn, f.first_psn) < 0 || wire::PsnDiff(psn, f.last_psn) > 0) continue;
       const uint32_t mtu = qp.attrs.path_mtu;

@@ -126,6 +126,10 @@ objects::WcOpcode CompletionOpcode(SendOp op) {
       return objects::WcOpcode::kCompSwap;
     case SendOp::kFetchAdd:
       return objects::WcOpcode::kFetchAdd;
+    case SendOp::kAtomicWrite:
+      return objects::WcOpcode::kAtomicWrite;
+    case SendOp::kFlush:
+      return objects::WcOpcode::kFlush;
     case SendOp::kBindMw:
       return objects::WcOpcode::kBindMw;
     case SendOp::kLocalInv:

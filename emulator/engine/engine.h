@@ -279,6 +279,9 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   void ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std::string& why,
                       std::optional<objects::WcStatus> recv_status = std::nullopt);
   void AnswerRead(Qp& qp, const ReplayEntry& r, uint32_t from_psn);
+  // Checks and executes a new ATOMIC WRITE or FLUSH; false (the QP gone to
+  // ERR with a NAK sent) when refused.
+  bool ExecutePlacement(Qp& qp, const wire::PacketView& packet);
   // The region or bound memory window an rkey names (nullptr if none).
   std::shared_ptr<const objects::Mr> RemoteRegion(uint32_t rkey);
   // Why the QP may not access [va, +len) of `mr` with `need` (an

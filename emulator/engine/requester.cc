@@ -27,17 +27,14 @@ bool InWindow(const Qp& qp, uint32_t psn) {
   return wire::PsnDiff(psn, qp.last_acked_psn) <= static_cast<int32_t>(qp.cwnd.size());
 }
 
-bool IsReadOrAtomic(SendOp op) {
-  return op == SendOp::kRdmaRead || op == SendOp::kCompareSwap || op == SendOp::kFetchAdd;
-}
-
 uint32_t PacketCount(uint64_t length, uint32_t mtu) {
   return length == 0 ? 1 : static_cast<uint32_t>((length + mtu - 1) / mtu);
 }
 
-// The last PSN of the request packets (a read or atomic is one request).
+// The last PSN of the request packets (a read, an atomic or a placement
+// operation is one request).
 uint32_t LastRequestPsn(const Inflight& f) {
-  return IsReadOrAtomic(f.wqe.op) ? f.first_psn : f.last_psn;
+  return UsesResponderResource(f.wqe.op) ? f.first_psn : f.last_psn;
 }
 
 }  // namespace
@@ -150,9 +147,9 @@ size_t Engine::AdmitWqes(Qp& qp, size_t limit) {
   size_t admitted = 0;
   for (; admitted < limit && !qp.sq.empty(); ++admitted) {
     SendWqe& w = qp.sq.front();
-    const bool rd = IsReadOrAtomic(w.op);
+    const bool rd = UsesResponderResource(w.op);
     int outstanding_rd = 0;
-    for (const Inflight& f : qp.inflight) outstanding_rd += IsReadOrAtomic(f.wqe.op);
+    for (const Inflight& f : qp.inflight) outstanding_rd += UsesResponderResource(f.wqe.op);
     // A fenced WQE waits for every earlier READ and atomic (IBA 10.8.3.3).
     if (w.fence && outstanding_rd > 0) break;
     if (rd && outstanding_rd >= std::max<int>(1, qp.attrs.max_rd_atomic)) break;
@@ -187,9 +184,11 @@ size_t Engine::AdmitWqes(Qp& qp, size_t limit) {
       qp.inflight.push_back(std::move(f));
       continue;
     }
-    objects::WcStatus local = f.wqe.is_inline ? objects::WcStatus::kSuccess
-                                              : CheckSges(qp, f.wqe.sges, rd);
+    // READs and atomics write their response into the local SGEs.
     const bool atomic = f.wqe.op == SendOp::kCompareSwap || f.wqe.op == SendOp::kFetchAdd;
+    const bool writes_locally = atomic || f.wqe.op == SendOp::kRdmaRead;
+    objects::WcStatus local = f.wqe.is_inline ? objects::WcStatus::kSuccess
+                                              : CheckSges(qp, f.wqe.sges, writes_locally);
     if (atomic && (f.wqe.sges.size() != 1 || f.wqe.length != 8)) {
       // The original value has nowhere to go; checked before the request
       // leaves, so the target is untouched.
@@ -197,7 +196,7 @@ size_t Engine::AdmitWqes(Qp& qp, size_t limit) {
                            "value, not {} SGE(s) of {} bytes: local length error",
                            device_->name(), qp.qpn, f.wqe.wr_id, f.wqe.sges.size(), f.wqe.length);
       local = objects::WcStatus::kLocLenErr;
-    } else if (rd && local != objects::WcStatus::kSuccess) {
+    } else if (writes_locally && local != objects::WcStatus::kSuccess) {
       f.local_error = local;
       local = objects::WcStatus::kSuccess;
     }
@@ -211,7 +210,9 @@ size_t Engine::AdmitWqes(Qp& qp, size_t limit) {
       qp.inflight.push_back(std::move(f));
       return admitted + 1;
     }
-    uint32_t count = atomic ? 1 : PacketCount(f.wqe.length, mtu);
+    // A READ's count is that of its response packets; every other request
+    // answered from a responder resource is one packet with one answer.
+    uint32_t count = rd && f.wqe.op != SendOp::kRdmaRead ? 1 : PacketCount(f.wqe.length, mtu);
     f.packets = rd ? 1 : count;
     f.last_psn = wire::PsnAdd(f.first_psn, count - 1);
     f.next_psn = f.first_psn;
@@ -338,6 +339,19 @@ void Engine::SendRequest(Qp& qp, Inflight& f, uint32_t psn) {
       p.atomic_eth.rkey = w.rkey;
       p.atomic_eth.swap_add = w.op == SendOp::kCompareSwap ? w.swap : w.compare_add;
       p.atomic_eth.compare = w.compare_add;
+      break;
+    case SendOp::kAtomicWrite:
+      // The 8 bytes travel as the payload, the RETH names where they go.
+      p.opcode = Opcode::RC_ATOMIC_WRITE;
+      p.bth.ack_req = true;
+      p.reth = {w.remote_addr, w.rkey, static_cast<uint32_t>(w.inline_data.size())};
+      payload = std::span<const uint8_t>(w.inline_data);
+      break;
+    case SendOp::kFlush:
+      p.opcode = Opcode::RC_FLUSH;
+      p.bth.ack_req = true;
+      p.feth = {w.flush_type, w.flush_level};
+      p.reth = {w.remote_addr, w.rkey, static_cast<uint32_t>(w.length)};
       break;
     case SendOp::kBindMw:
     case SendOp::kLocalInv:

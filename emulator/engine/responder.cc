@@ -4,6 +4,8 @@
 // the replay list, never executed twice.
 #include <arpa/inet.h>
 
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "emulator/base/log.h"
@@ -23,6 +25,15 @@ constexpr size_t kReplayEntries = 64;
 constexpr uint32_t kQpRemoteWrite = 1u << 1;
 constexpr uint32_t kQpRemoteRead = 1u << 2;
 constexpr uint32_t kQpRemoteAtomic = 1u << 3;
+constexpr uint32_t kQpFlushGlobal = 1u << 8;
+constexpr uint32_t kQpFlushPersistent = 1u << 9;
+
+// FETH placement types (IBA Memory Placement Extensions; IBV_FLUSH_GLOBAL,
+// IBV_FLUSH_PERSISTENT) and selectivity levels (IBV_FLUSH_RANGE, _MR).
+constexpr uint8_t kFlushGlobal = 1;
+constexpr uint8_t kFlushPersistent = 2;
+constexpr uint8_t kFlushRange = 0;
+constexpr uint8_t kFlushMr = 1;
 
 }  // namespace
 
@@ -92,9 +103,12 @@ std::shared_ptr<const objects::Mr> Engine::RemoteRegion(uint32_t rkey) {
 std::string Engine::RemoteRefusal(const Qp& qp, const objects::Mr* mr, uint32_t rkey, uint32_t need,
                                   uint64_t va, uint64_t len) {
   const bool window = objects::IsWindowKey(rkey);
-  const char* right = need == objects::kRemoteWrite  ? "IBV_ACCESS_REMOTE_WRITE"
-                      : need == objects::kRemoteRead ? "IBV_ACCESS_REMOTE_READ"
-                                                     : "IBV_ACCESS_REMOTE_ATOMIC";
+  const char* right = need == objects::kRemoteWrite       ? "IBV_ACCESS_REMOTE_WRITE"
+                      : need == objects::kRemoteRead      ? "IBV_ACCESS_REMOTE_READ"
+                      : need == objects::kRemoteAtomic    ? "IBV_ACCESS_REMOTE_ATOMIC"
+                      : need == objects::kFlushGlobal     ? "IBV_ACCESS_FLUSH_GLOBAL"
+                      : need == objects::kFlushPersistent ? "IBV_ACCESS_FLUSH_PERSISTENT"
+                                                          : "IBV_ACCESS_FLUSH_GLOBAL and _PERSISTENT";
   if (mr == nullptr) {
     return window ? "it names no bound memory window (never bound, invalidated, unbound, rebound "
                     "under a new key or deallocated)"
@@ -106,7 +120,7 @@ std::string Engine::RemoteRefusal(const Qp& qp, const objects::Mr* mr, uint32_t 
     return fmt::format("the type 2 window was bound through qp#{}, and only that QP may use it",
                        mr->bound_qpn);
   }
-  if (!(mr->access & need)) return fmt::format("{} does not grant {}", what, right);
+  if ((mr->access & need) != need) return fmt::format("{} does not grant {}", what, right);
   if (!mr->Contains(va, len)) {
     return fmt::format("[{:#x}, +{}) is outside {} [{:#x}, +{})", va, len, what, mr->iova, mr->length);
   }
@@ -159,6 +173,87 @@ void Engine::AnswerRead(Qp& qp, const ReplayEntry& r, uint32_t from_psn) {
   }
 }
 
+bool Engine::ExecutePlacement(Qp& qp, const wire::PacketView& packet) {
+  const uint32_t psn = packet.psn();
+  const auto reth = packet.reth();
+  if (packet.Has(wire::kAtomicWriteMask)) {
+    if (!(qp.attrs.access & kQpRemoteWrite)) {
+      ResponderError(qp, wire::NakCode::kInvalidRequest, psn,
+                     "an ATOMIC WRITE arrived but the QP does not allow remote writes "
+                     "(IBV_ACCESS_REMOTE_WRITE in qp_access_flags)");
+      return false;
+    }
+    std::span<const uint8_t> data = packet.payload();
+    if (reth.dma_length() != 8 || data.size() != 8) {
+      ResponderError(qp, wire::NakCode::kInvalidRequest, psn,
+                     fmt::format("an ATOMIC WRITE carries 8 bytes, not a RETH length of {} with {} "
+                                 "bytes of payload",
+                                 reth.dma_length(), data.size()));
+      return false;
+    }
+    if (reth.va() % 8 != 0) {
+      ResponderError(qp, wire::NakCode::kInvalidRequest, psn,
+                     fmt::format("ATOMIC WRITE address {:#x} is not 8-byte aligned", reth.va()));
+      return false;
+    }
+    auto mr = RemoteRegion(reth.rkey());
+    std::string refused = RemoteRefusal(qp, mr.get(), reth.rkey(), objects::kRemoteWrite, reth.va(), 8);
+    if (!refused.empty()) {
+      ResponderError(qp, wire::NakCode::kRemoteAccessError, psn,
+                     fmt::format("ATOMIC WRITE to {:#x} with rkey {:#x} refused: {}", reth.va(),
+                                 reth.rkey(), refused));
+      return false;
+    }
+    // One 8-byte store that no reader sees half done, after everything this
+    // QP wrote before it (a release store, as rxe's smp_store_release).
+    uint64_t value;
+    std::memcpy(&value, data.data(), 8);
+    __atomic_store_n(reinterpret_cast<uint64_t*>(mr->HostAddress(reth.va())), value, __ATOMIC_RELEASE);
+    return true;
+  }
+  // FLUSH. The QP and the region must grant each placement type asked for;
+  // a type this device does not know is an invalid request.
+  const auto feth = packet.feth();
+  const uint8_t type = feth.placement_type();
+  const uint8_t level = feth.selectivity_level();
+  if (type == 0 || (type & ~(kFlushGlobal | kFlushPersistent)) || (level != kFlushRange && level != kFlushMr)) {
+    ResponderError(qp, wire::NakCode::kInvalidRequest, psn,
+                   fmt::format("a FLUSH with placement type {:#x} and selectivity level {}: the "
+                               "types are GLOBAL (1) and PERSISTENT (2), the levels RANGE (0) and "
+                               "MR (1)",
+                               type, level));
+    return false;
+  }
+  const uint32_t qp_need = ((type & kFlushGlobal) ? kQpFlushGlobal : 0) |
+                           ((type & kFlushPersistent) ? kQpFlushPersistent : 0);
+  if ((qp.attrs.access & qp_need) != qp_need) {
+    ResponderError(qp, wire::NakCode::kInvalidRequest, psn,
+                   fmt::format("a FLUSH arrived but the QP does not grant {} in qp_access_flags",
+                               (type & kFlushPersistent) ? "IBV_ACCESS_FLUSH_PERSISTENT"
+                                                         : "IBV_ACCESS_FLUSH_GLOBAL"));
+    return false;
+  }
+  const uint32_t need = ((type & kFlushGlobal) ? uint32_t{objects::kFlushGlobal} : 0u) |
+                        ((type & kFlushPersistent) ? uint32_t{objects::kFlushPersistent} : 0u);
+  auto mr = RemoteRegion(reth.rkey());
+  // The MR level flushes the whole region: its address and length are not
+  // looked at (rxe skips the range check too).
+  const uint64_t va = level == kFlushMr && mr ? mr->iova : reth.va();
+  const uint64_t len = level == kFlushMr && mr ? 0 : reth.dma_length();
+  std::string refused = RemoteRefusal(qp, mr.get(), reth.rkey(), need, va, len);
+  if (!refused.empty()) {
+    ResponderError(qp, wire::NakCode::kRemoteAccessError, psn,
+                   fmt::format("FLUSH of [{:#x}, +{}) with rkey {:#x} refused: {}", reth.va(),
+                               reth.dma_length(), reth.rkey(), refused));
+    return false;
+  }
+  // Global visibility: every write this responder executed before the FLUSH
+  // is in the target's memory already (the engine writes with plain stores
+  // in order); the fence orders them before the answer that says so.
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  return true;
+}
+
 void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
   const uint32_t psn = packet.psn();
   const bool rc = qp.type == QpType::kRc;
@@ -196,7 +291,8 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
       RDMAEMU_LOG_LIMITED(spdlog::level::debug,
                           "{} qp#{}: duplicate {} psn {} (expected {}): answered again",
                           device_->name(), qp.qpn, packet.info().name, psn, qp.epsn);
-      if (packet.Has(wire::kReadMask) || packet.Has(wire::kAtomicMask)) {
+      if (packet.Has(wire::kReadMask) || packet.Has(wire::kAtomicMask) ||
+          packet.Has(wire::kAtomicWriteMask) || packet.Has(wire::kFlushMask)) {
         for (const ReplayEntry& r : qp.replay) {
           if (wire::PsnDiff(psn, r.psn) < 0 || wire::PsnDiff(psn, r.last_psn) > 0) continue;
           if (r.atomic) {
@@ -209,7 +305,7 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
             p.atomic_ack_orig_data = r.atomic_result;
             Transmit(&qp, p, wire::Gather(), qp.attrs.dest_ip);
           } else {
-            AnswerRead(qp, r, psn);
+            AnswerRead(qp, r, psn);  // a placement operation's is zero-length
           }
           return;
         }
@@ -434,6 +530,18 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
     if (qp.replay.size() > kReplayEntries) qp.replay.pop_front();
     qp.msn = wire::PsnNext(qp.msn);
     qp.epsn = wire::PsnAdd(psn, count);
+    AnswerRead(qp, r, psn);
+    return;
+  } else if (packet.Has(wire::kAtomicWriteMask) || packet.Has(wire::kFlushMask)) {
+    if (!ExecutePlacement(qp, packet)) return;
+    // Answered, now and when repeated, by a zero-length RDMA READ RESPONSE
+    // ONLY (as rxe answers them); a duplicate is never executed again.
+    ReplayEntry r;
+    r.psn = r.last_psn = psn;
+    qp.replay.push_back(r);
+    if (qp.replay.size() > kReplayEntries) qp.replay.pop_front();
+    qp.msn = wire::PsnNext(qp.msn);
+    qp.epsn = wire::PsnNext(psn);
     AnswerRead(qp, r, psn);
     return;
   } else if (packet.Has(wire::kAtomicMask)) {

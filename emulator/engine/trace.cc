@@ -18,6 +18,8 @@ std::string_view SendOpName(SendOp op) {
     case SendOp::kRdmaRead: return "RDMA_READ";
     case SendOp::kCompareSwap: return "ATOMIC_CMP_AND_SWP";
     case SendOp::kFetchAdd: return "ATOMIC_FETCH_AND_ADD";
+    case SendOp::kAtomicWrite: return "ATOMIC_WRITE";
+    case SendOp::kFlush: return "FLUSH";
     case SendOp::kBindMw: return "BIND_MW";
     case SendOp::kLocalInv: return "LOCAL_INV";
   }
@@ -42,6 +44,7 @@ std::string_view WcOpcodeName(objects::WcOpcode op) {
     case O::kBindMw: return "BIND_MW";
     case O::kLocalInv: return "LOCAL_INV";
     case O::kTso: return "TSO";
+    case O::kFlush: return "FLUSH";
     case O::kAtomicWrite: return "ATOMIC_WRITE";
     case O::kRecv: return "RECV";
     case O::kRecvRdmaWithImm: return "RECV_RDMA_WITH_IMM";

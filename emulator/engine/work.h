@@ -17,12 +17,23 @@ struct Sge {
 enum class SendOp : uint8_t {
   kSend, kSendWithImm, kSendWithInv, kRdmaWrite, kRdmaWriteWithImm, kRdmaRead,
   kCompareSwap, kFetchAdd,
+  // The Memory Placement Extensions (RC only): 8 bytes written at once
+  // (carried inline in the WQE), and a FLUSH of earlier writes.
+  kAtomicWrite, kFlush,
   // Local operations: the device executes them when it reaches them in the
   // send queue; no packet leaves.
   kBindMw, kLocalInv,
 };
 
 inline bool IsLocalOp(SendOp op) { return op == SendOp::kBindMw || op == SendOp::kLocalInv; }
+
+// One request packet answered by the responder from a responder resource
+// (a READ response, an atomic ACK, or for the placement operations a
+// zero-length READ response): bounded by max_rd_atomic, waited for by a fence.
+inline bool UsesResponderResource(SendOp op) {
+  return op == SendOp::kRdmaRead || op == SendOp::kCompareSwap || op == SendOp::kFetchAdd ||
+         op == SendOp::kAtomicWrite || op == SendOp::kFlush;
+}
 
 // Where a UD send goes (the AH, resolved by the provider).
 struct UdDestination {
@@ -48,6 +59,8 @@ struct SendWqe {
   uint32_t rkey = 0;
   uint64_t compare_add = 0;
   uint64_t swap = 0;
+  uint8_t flush_type = 0;   // kFlush: IBV_FLUSH_GLOBAL | IBV_FLUSH_PERSISTENT
+  uint8_t flush_level = 0;  // kFlush: IBV_FLUSH_RANGE or IBV_FLUSH_MR
   UdDestination ud;
   uint64_t length = 0;  // total bytes (SGEs or inline)
 };

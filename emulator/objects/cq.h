@@ -26,7 +26,7 @@ enum class WcStatus : uint8_t {
 
 enum class WcOpcode : uint8_t {
   kSend = 0, kRdmaWrite = 1, kRdmaRead = 2, kCompSwap = 3, kFetchAdd = 4, kBindMw = 5,
-  kLocalInv = 6, kTso = 7, kAtomicWrite = 9,
+  kLocalInv = 6, kTso = 7, kFlush = 8, kAtomicWrite = 9,
   kRecv = 128, kRecvRdmaWithImm = 129,
 };
 

@@ -13,7 +13,8 @@ namespace rdmaemu::objects {
 namespace {
 
 constexpr uint32_t kKnownAccess = kLocalWrite | kRemoteWrite | kRemoteRead | kRemoteAtomic |
-                                  kMwBind | kZeroBased | kOnDemand | kHugetlb | kRelaxedOrdering;
+                                  kMwBind | kZeroBased | kOnDemand | kHugetlb | kFlushGlobal |
+                                  kFlushPersistent | kRelaxedOrdering;
 
 // Hardware pins the pages at registration and fails with EFAULT when a page
 // is not mapped; mincore() tells us the same without touching the memory.
@@ -51,6 +52,12 @@ Status MrTable::CheckAccess(uint32_t access) {
         "IBV_ACCESS_REMOTE_WRITE and IBV_ACCESS_REMOTE_ATOMIC require IBV_ACCESS_LOCAL_WRITE");
   }
   if (access & kOnDemand) return NotSupported("on-demand paging (IBV_ACCESS_ON_DEMAND) is not supported");
+  if (access & kFlushPersistent) {
+    // As rxe, which accepts it only on pages of persistent memory: this
+    // device's memory is the process's own, which no FLUSH makes durable.
+    return InvalidArgument("IBV_ACCESS_FLUSH_PERSISTENT needs persistent memory (pmem), and this "
+                           "device has none; IBV_ACCESS_FLUSH_GLOBAL is supported");
+  }
   return Status::Ok();
 }
 

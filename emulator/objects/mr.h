@@ -27,6 +27,10 @@ enum Access : uint32_t {
   kZeroBased = 1u << 5,
   kOnDemand = 1u << 6,
   kHugetlb = 1u << 7,
+  // FLUSH targets (rdma-core 45's IBV_ACCESS_FLUSH_GLOBAL / _PERSISTENT;
+  // Debian 12's verbs.h predates them).
+  kFlushGlobal = 1u << 8,
+  kFlushPersistent = 1u << 9,
   kRelaxedOrdering = 1u << 20,
 };
 inline constexpr uint32_t kRemoteAccessMask = kRemoteWrite | kRemoteRead | kRemoteAtomic;

@@ -123,8 +123,9 @@ inline constexpr uint32_t kQpKnownAttrMask = [] {
 std::string QpAttrMaskToString(uint32_t mask);
 
 // The access rights a QP can grant to remote peers (IBV_ACCESS_LOCAL_WRITE,
-// _REMOTE_WRITE, _REMOTE_READ, _REMOTE_ATOMIC: bits 0..3).
-inline constexpr uint32_t kQpAccessFlagsMask = 0xf;
+// _REMOTE_WRITE, _REMOTE_READ, _REMOTE_ATOMIC: bits 0..3; FLUSH_GLOBAL and
+// FLUSH_PERSISTENT, bits 8 and 9, as rxe grants them).
+inline constexpr uint32_t kQpAccessFlagsMask = 0x30f;
 
 // Largest PSN and QP number: both are 24-bit fields of the BTH.
 inline constexpr uint32_t kMax24Bit = 0xffffff;

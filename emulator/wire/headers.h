@@ -275,10 +275,30 @@ class IethViewT : public HeaderView<Byte, kIethBytes> {
   void set_rkey(uint32_t v) requires(Base::kMutable) { StoreBe32(p_, v); }
 };
 
+// FLUSH Extended Transport Header, 4 bytes (IBA Memory Placement
+// Extensions): bits 3-0 the placement type, bits 5-4 the selectivity level,
+// the rest reserved (sent as zero, ignored on receipt).
+template <typename Byte>
+class FethViewT : public HeaderView<Byte, kFethBytes> {
+  using Base = HeaderView<Byte, kFethBytes>;
+  using Base::p_;
+
+ public:
+  using Base::Base;
+  uint8_t placement_type() const { return static_cast<uint8_t>(LoadBe32(p_) & 0xf); }
+  uint8_t selectivity_level() const { return static_cast<uint8_t>((LoadBe32(p_) >> 4) & 0x3); }
+  // Writes the whole word, the reserved bits zero.
+  void set(uint8_t placement_type, uint8_t selectivity_level) requires(Base::kMutable) {
+    StoreBe32(p_, (placement_type & 0xfu) | ((selectivity_level & 0x3u) << 4));
+  }
+};
+
 using BthView = BthViewT<uint8_t>;
 using ConstBthView = BthViewT<const uint8_t>;
 using RethView = RethViewT<uint8_t>;
 using ConstRethView = RethViewT<const uint8_t>;
+using FethView = FethViewT<uint8_t>;
+using ConstFethView = FethViewT<const uint8_t>;
 using AethView = AethViewT<uint8_t>;
 using ConstAethView = AethViewT<const uint8_t>;
 using AtomicEthView = AtomicEthViewT<uint8_t>;

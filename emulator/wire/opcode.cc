@@ -22,6 +22,10 @@ static_assert(InfoOf(Opcode::RC_SEND_ONLY_WITH_INVALIDATE).length == 16);
 static_assert(InfoOf(Opcode::UD_SEND_ONLY).length == 20);
 static_assert(InfoOf(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE).length == 24);
 static_assert(InfoOf(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE).OffsetOf(ExtHeader::kImmDt) == 20);
+static_assert(InfoOf(Opcode::RC_FLUSH).length == 32);
+static_assert(InfoOf(Opcode::RC_FLUSH).OffsetOf(ExtHeader::kFeth) == 12);
+static_assert(InfoOf(Opcode::RC_FLUSH).OffsetOf(ExtHeader::kReth) == 16);
+static_assert(InfoOf(Opcode::RC_ATOMIC_WRITE).length == 28);
 static_assert(FindOpcode(0x15) == nullptr && FindOpcode(0x81) == nullptr);
 
 std::string_view ToString(Transport t) {

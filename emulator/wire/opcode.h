@@ -7,8 +7,10 @@
 // table cannot disagree with itself. Engine code asks `info.Has(kRethMask)`
 // instead of listing opcodes by hand.
 //
-// RD and XRC opcodes, CNP (0x81) and the newer FLUSH / ATOMIC_WRITE are not
-// spoken: FindOpcode() returns nullptr for them, and the parser rejects them.
+// RD and XRC opcodes and CNP (0x81) are not spoken: FindOpcode() returns
+// nullptr for them, and the parser rejects them. FLUSH and ATOMIC WRITE (the
+// IBA's Memory Placement Extensions, 0x1C and 0x1D) are, laid out as Linux's
+// rxe sends them.
 #pragma once
 
 #include <array>
@@ -29,14 +31,18 @@ inline constexpr size_t kDethBytes = 8;
 inline constexpr size_t kImmDtBytes = 4;
 inline constexpr size_t kIethBytes = 4;
 inline constexpr size_t kIcrcBytes = 4;
+// FLUSH Extended Transport Header: placement type (bits 3-0) and
+// selectivity level (bits 5-4) of a 32-bit word.
+inline constexpr size_t kFethBytes = 4;
 
 // The largest payload one packet may carry: the largest IBA path MTU.
 inline constexpr size_t kMaxPayloadBytes = 4096;
 
 // Extension headers, in the order they follow the BTH on the wire
-// (IBA 9.2: DETH, RETH | AtomicETH, AETH, AtomicAckETH, ImmDt | IETH).
+// (IBA 9.2: DETH, FETH, RETH | AtomicETH, AETH, AtomicAckETH, ImmDt | IETH).
 enum class ExtHeader : uint8_t {
   kDeth,
+  kFeth,
   kReth,
   kAtomicEth,
   kAeth,
@@ -44,12 +50,13 @@ enum class ExtHeader : uint8_t {
   kImmDt,
   kIeth,
 };
-inline constexpr size_t kExtHeaderCount = 7;
+inline constexpr size_t kExtHeaderCount = 8;
 
 inline constexpr uint32_t MaskOf(ExtHeader h) { return 1u << static_cast<uint32_t>(h); }
 
 // Header bits: which extension headers follow the BTH.
 inline constexpr uint32_t kDethMask = MaskOf(ExtHeader::kDeth);
+inline constexpr uint32_t kFethMask = MaskOf(ExtHeader::kFeth);
 inline constexpr uint32_t kRethMask = MaskOf(ExtHeader::kReth);
 inline constexpr uint32_t kAtomicEthMask = MaskOf(ExtHeader::kAtomicEth);
 inline constexpr uint32_t kAethMask = MaskOf(ExtHeader::kAeth);
@@ -73,6 +80,11 @@ inline constexpr uint32_t kAckMask = 1u << 18;         // ACKNOWLEDGE, ATOMIC AC
 inline constexpr uint32_t kImmMask = 1u << 19;         // carries immediate data
 inline constexpr uint32_t kInvalidateMask = 1u << 20;  // carries an rkey to invalidate
 inline constexpr uint32_t kRecvWqeMask = 1u << 21;     // consumes a receive WQE at the responder
+// The Memory Placement Extensions: each is one request packet, remembered
+// for replay as READs are, and answered by a zero-length RDMA READ RESPONSE
+// ONLY (as rxe answers them).
+inline constexpr uint32_t kAtomicWriteMask = 1u << 22;  // ATOMIC WRITE: 8 bytes placed at once
+inline constexpr uint32_t kFlushMask = 1u << 23;        // FLUSH: earlier writes made visible
 // A single-packet message both starts and ends it: Has(kOnlyMask) needs both
 // bits, Has(kFirstMask) is true for FIRST and ONLY, Has(kLastMask) for LAST and ONLY.
 inline constexpr uint32_t kOnlyMask = kFirstMask | kLastMask;
@@ -117,6 +129,9 @@ inline constexpr uint32_t kReadResponseFamily = kResponseMask | kReadMask | kPay
     kSendFamily | kLastMask | kIethMask | kInvalidateMask)                                   \
   X(RC_SEND_ONLY_WITH_INVALIDATE, 0x17, kRc,                                                 \
     kSendFamily | kOnlyMask | kIethMask | kInvalidateMask)                                   \
+  X(RC_FLUSH, 0x1c, kRc, kRequestMask | kOnlyMask | kFethMask | kRethMask | kFlushMask)      \
+  X(RC_ATOMIC_WRITE, 0x1d, kRc,                                                              \
+    kRequestMask | kOnlyMask | kRethMask | kPayloadMask | kAtomicWriteMask)                  \
   X(UC_SEND_FIRST, 0x20, kUc, kSendFamily | kFirstMask)                                      \
   X(UC_SEND_MIDDLE, 0x21, kUc, kSendFamily | kMiddleMask)                                    \
   X(UC_SEND_LAST, 0x22, kUc, kSendFamily | kLastMask)                                        \
@@ -162,6 +177,7 @@ struct OpcodeInfo {
 consteval size_t ExtHeaderBytes(ExtHeader h) {
   switch (h) {
     case ExtHeader::kDeth: return kDethBytes;
+    case ExtHeader::kFeth: return kFethBytes;
     case ExtHeader::kReth: return kRethBytes;
     case ExtHeader::kAtomicEth: return kAtomicEthBytes;
     case ExtHeader::kAeth: return kAethBytes;

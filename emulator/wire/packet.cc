@@ -23,6 +23,7 @@ Status Malformed(std::string message) { return Status::Error(EBADMSG, std::move(
 std::string_view ExtHeaderName(ExtHeader h) {
   switch (h) {
     case ExtHeader::kDeth: return "DETH";
+    case ExtHeader::kFeth: return "FETH";
     case ExtHeader::kReth: return "RETH";
     case ExtHeader::kAtomicEth: return "AtomicETH";
     case ExtHeader::kAeth: return "AETH";
@@ -174,6 +175,7 @@ Result<size_t> WriteBody(const PacketFields& f, Gather payload, std::span<uint8_
     deth.set_qkey(f.deth.qkey);
     deth.set_src_qpn(f.deth.src_qpn);
   }
+  if (info->Has(kFethMask)) FethView(at(ExtHeader::kFeth)).set(f.feth.placement_type, f.feth.selectivity_level);
   if (info->Has(kRethMask)) {
     RethView reth(at(ExtHeader::kReth));
     reth.set_va(f.reth.va);

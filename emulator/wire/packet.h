@@ -54,6 +54,7 @@ class PacketView {
   // Each extension header; calling one the opcode lacks is a programming
   // error and aborts (ask Has(kRethMask) etc. first).
   ConstRethView reth() const { return ConstRethView(Ext(ExtHeader::kReth)); }
+  ConstFethView feth() const { return ConstFethView(Ext(ExtHeader::kFeth)); }
   ConstAethView aeth() const { return ConstAethView(Ext(ExtHeader::kAeth)); }
   ConstAtomicEthView atomic_eth() const { return ConstAtomicEthView(Ext(ExtHeader::kAtomicEth)); }
   ConstAtomicAckEthView atomic_ack_eth() const {
@@ -101,6 +102,10 @@ struct PacketFields {
     uint32_t psn = 0;
   } bth;
 
+  struct Feth {
+    uint8_t placement_type = 0;     // IBV_FLUSH_GLOBAL (1) | IBV_FLUSH_PERSISTENT (2)
+    uint8_t selectivity_level = 0;  // IBV_FLUSH_RANGE (0) or IBV_FLUSH_MR (1)
+  } feth;
   struct Reth {
     uint64_t va = 0;
     uint32_t rkey = 0;

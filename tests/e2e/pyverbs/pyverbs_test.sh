@@ -55,8 +55,6 @@ allowed_skips=(
   # Device memory (max_dm_size 0), dmabuf (needs a GPU's render node).
   '(test_device|test_mr)\.(DMTest|SharedDMTest|DeviceMemory[A-Za-z]*)\..* => Device memory is not supported'
   'test_mr\.DmaBuf[A-Za-z]*\..* => Allocating dmabuf is not supported|dmabuf'
-  # RC ATOMIC_WRITE send op (not implemented: EOPNOTSUPP at QP creation).
-  'test_qpex\.QpExTestCase\.test_qp_ex_rc_atomic_write => Extended QP is not supported'
   # Raw packet QPs (QP type 8), which RSS traffic and flow steering need.
   'test_qp\.QPTest\.test_(create|query)_raw_qp.* => Raw Packet QP'
   'test_(flow|rss_traffic)\..* => Create QP type 8 is not supported'

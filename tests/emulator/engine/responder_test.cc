@@ -545,6 +545,63 @@ TEST_F(ResponderTest, AtomicsReturnOriginalValueAndDuplicatesAreNotExecutedTwice
   EXPECT_EQ(emu_.State(qp), IBV_QPS_RTS);
 }
 
+// ATOMIC WRITE and FLUSH are answered, as rxe answers them, by a zero-length
+// RDMA READ RESPONSE ONLY; a duplicate is answered again and never executed
+// again (a late duplicate ATOMIC WRITE must not undo a later WRITE).
+TEST_F(ResponderTest, PlacementOpsAreAnsweredByEmptyReadResponsesAndDuplicatesAreNotExecutedTwice) {
+  RcParams p;
+  p.access = IBV_ACCESS_REMOTE_WRITE | (1 << 8);  // IBV_ACCESS_FLUSH_GLOBAL
+  ibv_qp* qp = emu_.ConnectedQp(p);
+  ASSERT_NE(qp, nullptr);
+  auto* mem = emu_.Register(64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | (1 << 8));
+  ASSERT_NE(mem, nullptr);
+  auto* target = reinterpret_cast<uint64_t*>(mem->data.data() + 16);
+  auto expect_empty_read_response = [&](uint32_t psn) {
+    auto rx = peer_->Receive();
+    ASSERT_TRUE(rx.has_value()) << "no answer for PSN " << psn;
+    EXPECT_TRUE(rx->icrc_ok);
+    EXPECT_EQ(rx->opcode, Opcode::RC_RDMA_READ_RESPONSE_ONLY);
+    EXPECT_EQ(rx->psn, psn);
+    ASSERT_TRUE(rx->has_aeth);
+    EXPECT_EQ(rx->aeth_type(), AethType::kAck);
+    EXPECT_TRUE(rx->payload.empty());
+  };
+
+  wire::PacketFields aw = FakePeer::Request(Opcode::RC_ATOMIC_WRITE, qp->qp_num, 100);
+  aw.reth = {mem->addr() + 16, mem->mr->rkey, 8};
+  const uint64_t value = 0x1122334455667788ULL;
+  peer_->Send(aw, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&value), 8));
+  expect_empty_read_response(100);
+  EXPECT_EQ(__atomic_load_n(target, __ATOMIC_SEQ_CST), value);
+
+  // A WRITE after it, then the ATOMIC WRITE again (its answer was "lost").
+  wire::PacketFields w = FakePeer::Request(Opcode::RC_RDMA_WRITE_ONLY, qp->qp_num, 101);
+  w.reth = {mem->addr() + 16, mem->mr->rkey, 8};
+  peer_->Send(w, Pattern(8, 3));
+  ExpectAck(101, wire::AckSyndrome());
+  peer_->Send(aw, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&value), 8));
+  expect_empty_read_response(100);
+  auto later = Pattern(8, 3);
+  EXPECT_EQ(std::memcmp(target, later.data(), 8), 0) << "the duplicate ATOMIC WRITE was executed again";
+
+  wire::PacketFields fl = FakePeer::Request(Opcode::RC_FLUSH, qp->qp_num, 102);
+  fl.feth = {1, 0};  // GLOBAL, RANGE
+  fl.reth = {mem->addr(), mem->mr->rkey, 64};
+  peer_->Send(fl);
+  expect_empty_read_response(102);
+  peer_->Send(fl);
+  expect_empty_read_response(102);
+  ExpectSilence(50ms);
+  EXPECT_EQ(emu_.State(qp), IBV_QPS_RTS);
+
+  // An unknown placement type is an invalid request.
+  fl.bth.psn = 103;
+  fl.feth = {4, 0};
+  peer_->Send(fl);
+  ExpectAck(103, wire::NakSyndrome(NakCode::kInvalidRequest));
+  EXPECT_EQ(emu_.State(qp), IBV_QPS_ERR);
+}
+
 TEST_F(ResponderTest, AtomicWithoutRemoteAtomicRightIsNakedRemoteAccess) {
   ibv_qp* qp = emu_.ConnectedQp();
   ASSERT_NE(qp, nullptr);

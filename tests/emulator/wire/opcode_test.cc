@@ -24,6 +24,9 @@ const std::map<uint8_t, size_t>& IbaHeaderLengths() {
       {0x12, 24},  // ATOMIC ACKNOWLEDGE: BTH + AETH + AtomicAckETH
       {0x13, 40}, {0x14, 40},  // COMPARE_SWAP, FETCH_ADD: BTH + AtomicETH
       {0x16, 16}, {0x17, 16},  // SEND_*_WITH_INVALIDATE: BTH + IETH
+      // Memory Placement Extensions (as rxe lays them out): FLUSH is
+      // BTH + FETH + RETH, ATOMIC WRITE is BTH + RETH with 8 bytes of payload.
+      {0x1c, 32}, {0x1d, 28},
       {0x20, 12}, {0x21, 12}, {0x22, 12}, {0x23, 16}, {0x24, 12}, {0x25, 16},
       {0x26, 28}, {0x27, 12}, {0x28, 12}, {0x29, 16}, {0x2a, 28}, {0x2b, 32},
       {0x64, 20}, {0x65, 24},  // UD SEND_ONLY(+IMM): BTH + DETH (+ImmDt)
@@ -38,7 +41,7 @@ TEST(OpcodeTable, SpeaksExactlyTheRcUcAndUdOpcodesOfTheIba) {
     EXPECT_EQ(info != nullptr, expected.count(static_cast<uint8_t>(op)) == 1)
         << "opcode 0x" << std::hex << op;
   }
-  EXPECT_EQ(expected.size(), 37u);  // RC 23, UC 12, UD 2
+  EXPECT_EQ(expected.size(), 39u);  // RC 25, UC 12, UD 2
 }
 
 TEST(OpcodeTable, HeaderLengthsMatchTheIba) {
@@ -84,7 +87,7 @@ TEST(OpcodeTable, ExtensionHeadersFollowTheBthBackToBackInWireOrder) {
   for (const OpcodeInfo& info : kOpcodeTable) {
     if (!info.valid()) continue;
     size_t at = 12;
-    const size_t sizes[kExtHeaderCount] = {8, 16, 28, 4, 8, 4, 4};  // in ExtHeader order
+    const size_t sizes[kExtHeaderCount] = {8, 4, 16, 28, 4, 8, 4, 4};  // in ExtHeader order
     for (size_t i = 0; i < kExtHeaderCount; ++i) {
       const auto h = static_cast<ExtHeader>(i);
       if (info.Has(MaskOf(h))) {
@@ -132,11 +135,15 @@ TEST(OpcodeTable, PropertyBitsAreConsistent) {
     EXPECT_EQ(info.Has(kDethMask), info.transport == Transport::kUd);
     // Exactly one operation family.
     const int families = info.Has(kSendMask) + info.Has(kWriteMask) + info.Has(kReadMask) +
-                         (info.Has(kAtomicMask) || info.Has(kAckMask));
+                         (info.Has(kAtomicMask) || info.Has(kAckMask)) +
+                         info.Has(kAtomicWriteMask) + info.Has(kFlushMask);
     EXPECT_EQ(families, 1);
-    // Payload: sends, writes and read responses; never requests for data.
+    // Payload: sends, writes, read responses and the 8 bytes of an atomic
+    // write; never requests for data.
     EXPECT_EQ(info.Has(kPayloadMask), info.Has(kSendMask) || info.Has(kWriteMask) ||
-                                          (info.Has(kReadMask) && info.Has(kResponseMask)));
+                                          (info.Has(kReadMask) && info.Has(kResponseMask)) ||
+                                          info.Has(kAtomicWriteMask));
+    EXPECT_EQ(info.Has(kFethMask), info.Has(kFlushMask));
     // A receive WQE is consumed by every send and by writes with immediate.
     EXPECT_EQ(info.Has(kRecvWqeMask),
               info.Has(kSendMask) || (info.Has(kWriteMask) && info.Has(kImmMask)));
@@ -148,7 +155,8 @@ TEST(OpcodeTable, RethOnlyWhereTheIbaPutsIt) {
     if (!info.valid()) continue;
     const bool write_start = info.Has(kWriteMask) && info.Has(kFirstMask);
     const bool read_request = info.Has(kReadMask) && info.Has(kRequestMask);
-    EXPECT_EQ(info.Has(kRethMask), write_start || read_request) << info.name;
+    const bool placement = info.Has(kAtomicWriteMask) || info.Has(kFlushMask);
+    EXPECT_EQ(info.Has(kRethMask), write_start || read_request || placement) << info.name;
   }
 }
 
@@ -163,6 +171,8 @@ TEST(OpcodeName, NamesSpokenOpcodesAndShowsOthersInHex) {
   EXPECT_EQ(ToString(Opcode::UC_RDMA_WRITE_LAST_WITH_IMMEDIATE), "UC_RDMA_WRITE_LAST_WITH_IMMEDIATE");
   EXPECT_EQ(OpcodeName(0x81), "opcode 0x81");  // CNP
   EXPECT_EQ(OpcodeName(0x15), "opcode 0x15");  // reserved in RC
+  EXPECT_EQ(OpcodeName(0x1d), "RC_ATOMIC_WRITE");
+  EXPECT_EQ(OpcodeName(0x3d), "opcode 0x3d");  // no ATOMIC WRITE on UC
   EXPECT_EQ(OpcodeName(0x44), "opcode 0x44");  // RD SEND_ONLY
 }
 
