@@ -167,6 +167,16 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
   // _ATOMIC_WRITE, bits 38 and 40; Debian 12's headers predate them). No
   // FLUSH_PERSISTENT: this device has no persistent memory.
   a.device_cap_flags_ex = o.device_cap_flags | device::kCapFlushGlobal | device::kCapAtomicWrite;
+  // On-demand paging: every region may be on demand (its pages faulted in
+  // as the device touches them), the whole address space too (implicit).
+  a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+  a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+                                              IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+                                              IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+  a.odp_caps.per_transport_caps.uc_odp_caps =
+      IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
+  a.odp_caps.per_transport_caps.ud_odp_caps =
+      IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
   // Receive-side scaling on UD QPs through WQs (provider/wq.cc).
   a.max_wq_type_rq = device::kMaxWq;
   a.rss_caps.supported_qpts = 1u << IBV_QPT_UD;
@@ -286,6 +296,7 @@ void InstallOps(verbs_context* vctx) {
   InstallQpOps(vctx);
   InstallSrqOps(vctx);
   InstallMwOps(vctx);
+  InstallMemoryOps(vctx);
 }
 
 int SetPortState(ibv_context* context, uint8_t port, ibv_port_state state) {

@@ -7,6 +7,7 @@
 #include "provider/check/quarantine.h"
 #include "provider/object_slot.h"
 #include "provider/objects.h"
+#include "provider/ops.h"
 #include "provider/provider.h"
 
 namespace rdmaemu::provider {
@@ -163,5 +164,63 @@ int DeregMr(ibv_mr* ibv) {
   check::Dispose(mr);
   return 0;
 }
+
+namespace {
+
+// ibv_advise_mr(3): prefetching pages of on-demand regions. Without
+// IBV_ADVISE_MR_FLAG_FLUSH the advice is a hint (a NIC acts on it in the
+// background and reports nothing); with it the pages are faulted in before
+// the call returns, and one that cannot be is reported (EFAULT). The
+// arguments are checked either way, as the kernel checks them.
+int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list, uint32_t num_sge) {
+  if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+      advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT) {
+    Log().warn("ibv_advise_mr: advice {} is not PREFETCH, PREFETCH_WRITE or PREFETCH_NO_FAULT",
+               static_cast<int>(advice));
+    return EOPNOTSUPP;
+  }
+  if (flags & ~uint32_t{IBV_ADVISE_MR_FLAG_FLUSH}) {
+    Log().warn("ibv_advise_mr: unknown flags {:#x} (IBV_ADVISE_MR_FLAG_FLUSH is the only one)", flags);
+    return EOPNOTSUPP;
+  }
+  if (sg_list == nullptr || num_sge == 0) {
+    Log().warn("ibv_advise_mr: no SGEs to prefetch (num_sge {})", num_sge);
+    return EINVAL;
+  }
+  const bool write = advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE;
+  auto& mrs = ToContext(pd->context)->device->mrs();
+  for (uint32_t i = 0; i < num_sge; ++i) {
+    const ibv_sge& sge = sg_list[i];
+    auto mr = mrs.FindByLkey(sge.lkey);
+    const char* refused = mr == nullptr                      ? "names no memory region"
+                          : mr->pd != ToPd(pd)->handle       ? "names a region of another PD"
+                          : !mr->on_demand()                 ? "names a region that is not on demand "
+                                                               "(IBV_ACCESS_ON_DEMAND): its pages are "
+                                                               "pinned already"
+                          : !mr->Contains(sge.addr, sge.length) ? "is outside its region"
+                          : write && !(mr->access & objects::kLocalWrite)
+                              ? "asks to prefetch for writing a region without IBV_ACCESS_LOCAL_WRITE"
+                              : nullptr;
+    if (refused != nullptr) {
+      Log().warn("ibv_advise_mr: SGE {} [{:#x}, +{}) lkey {:#x} {}", i, sge.addr, sge.length, sge.lkey,
+                 refused);
+      return EINVAL;
+    }
+    // NO_FAULT maps only pages already present: nothing to do here, where
+    // a present page is as good as mapped into the device.
+    if (advice == IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT) continue;
+    Status s = mr->FaultIn(sge.addr, sge.length, write);
+    if (!s.ok() && (flags & IBV_ADVISE_MR_FLAG_FLUSH)) {
+      Log().warn("ibv_advise_mr: SGE {} [{:#x}, +{}) lkey {:#x}: {}", i, sge.addr, sge.length, sge.lkey,
+                 s.message());
+      return EFAULT;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void InstallMemoryOps(verbs_context* vctx) { vctx->advise_mr = AdviseMr; }
 
 }  // namespace rdmaemu::provider

@@ -10,5 +10,7 @@ void InstallQpOps(verbs_context* vctx);
 void InstallSrqOps(verbs_context* vctx);
 // ibv_alloc_mw, ibv_bind_mw, ibv_dealloc_mw (mw.cc).
 void InstallMwOps(verbs_context* vctx);
+// ibv_advise_mr (memory.cc).
+void InstallMemoryOps(verbs_context* vctx);
 
 }  // namespace rdmaemu::provider

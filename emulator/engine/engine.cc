@@ -702,6 +702,14 @@ objects::WcStatus Engine::CheckSges(uint32_t pd, uint32_t num, const std::vector
                            write ? " with IBV_ACCESS_LOCAL_WRITE" : "");
       return objects::WcStatus::kLocProtErr;
     }
+    // An on-demand region's pages are faulted in now, before the first
+    // byte moves; one that cannot be is this WR's protection error.
+    if (Status s = mr->FaultIn(sge.addr, sge.length, write); !s.ok()) {
+      RDMAEMU_WARN_LIMITED("queue #{}: SGE [{:#x}, +{}) lkey {:#x} of an on-demand region: {}: local "
+                           "protection error",
+                           num, sge.addr, sge.length, sge.lkey, s.message());
+      return objects::WcStatus::kLocProtErr;
+    }
   }
   return objects::WcStatus::kSuccess;
 }

@@ -124,6 +124,13 @@ std::string Engine::RemoteRefusal(const Qp& qp, const objects::Mr* mr, uint32_t 
   if (!mr->Contains(va, len)) {
     return fmt::format("[{:#x}, +{}) is outside {} [{:#x}, +{})", va, len, what, mr->iova, mr->length);
   }
+  // On demand: the pages are faulted in now (a FLUSH touches none).
+  const bool flush = need & (objects::kFlushGlobal | objects::kFlushPersistent);
+  if (!flush) {
+    if (Status s = mr->FaultIn(va, len, need != objects::kRemoteRead); !s.ok()) {
+      return fmt::format("{} is on demand and {}", what, s.message());
+    }
+  }
   return "";
 }
 

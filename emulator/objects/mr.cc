@@ -35,7 +35,50 @@ Status CheckMapped(void* addr, uint64_t length) {
   return Status::Ok();
 }
 
+// Whether the kernel has MADV_POPULATE_READ/WRITE (5.14): asked once, of a
+// page that is certainly mapped readable and writable.
+bool PopulateSupported() {
+  static const bool supported = [] {
+    static uint64_t probe[512] __attribute__((aligned(4096)));
+    return ::madvise(probe, sizeof probe, MADV_POPULATE_WRITE) == 0 || errno != EINVAL;
+  }();
+  return supported;
+}
+
 }  // namespace
+
+Status FaultInHost(const void* addr, uint64_t len, bool write) {
+  if (len == 0) return Status::Ok();
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t start = reinterpret_cast<uintptr_t>(addr) & ~(page - 1);
+  const uint64_t end = reinterpret_cast<uintptr_t>(addr) + len;
+  if (end < start) return Status::Error(EFAULT, "the range wraps around the address space");
+  // The kernel's own page fault, asked for in advance: it maps the pages in
+  // (and, for writing, writable) or says it cannot (ENOMEM: not mapped;
+  // EFAULT: the access would raise SIGSEGV or SIGBUS).
+  if (::madvise(reinterpret_cast<void*>(start), end - start,
+                write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0) {
+    return Status::Ok();
+  }
+  const int error = errno;
+  if (error == EINVAL && !PopulateSupported()) {
+    // A kernel before 5.14: at least every page must be mapped.
+    return CheckMapped(const_cast<void*>(addr), len);
+  }
+  // ENOMEM: not mapped; EFAULT, or EINVAL for a mapping that does not
+  // allow the access (a read-only page asked for writing).
+  return Status::Error(EFAULT, fmt::format("[{:#x}, +{}) cannot be faulted in for {} ({})",
+                                           reinterpret_cast<uintptr_t>(addr), len,
+                                           write ? "writing" : "reading",
+                                           error == ENOMEM ? "not mapped"
+                                                           : write ? "not mapped writable"
+                                                                   : "not readable"));
+}
+
+Status Mr::FaultIn(uint64_t at, uint64_t len, bool write) const {
+  if (!on_demand()) return Status::Ok();
+  return FaultInHost(HostAddress(at), len, write);
+}
 
 bool Mr::Contains(uint64_t start, uint64_t len) const {
   if (start < iova) return false;
@@ -51,7 +94,6 @@ Status MrTable::CheckAccess(uint32_t access) {
     return InvalidArgument(
         "IBV_ACCESS_REMOTE_WRITE and IBV_ACCESS_REMOTE_ATOMIC require IBV_ACCESS_LOCAL_WRITE");
   }
-  if (access & kOnDemand) return NotSupported("on-demand paging (IBV_ACCESS_ON_DEMAND) is not supported");
   if (access & kFlushPersistent) {
     // As rxe, which accepts it only on pages of persistent memory: this
     // device's memory is the process's own, which no FLUSH makes durable.
@@ -72,15 +114,25 @@ Result<std::shared_ptr<Mr>> MrTable::Build(uint32_t pd, void* addr, uint64_t len
     return InvalidArgument("a zero-length memory region at a page boundary spans no page (the kernel refuses "
                            "it too; inside a page it registers)");
   }
-  if (addr == nullptr) return Status::Error(EFAULT, "a memory region cannot start at address NULL");
-  if (iova + length < iova) return InvalidArgument("iova + length overflows");
-  if (Status s = CheckMapped(addr, length); !s.ok()) return s;
+  const bool implicit = addr == nullptr && length == kImplicitOdpLength;
+  if (implicit && !(access & kOnDemand)) {
+    return InvalidArgument("a region of the whole address space (NULL, SIZE_MAX) is an implicit "
+                           "on-demand region and needs IBV_ACCESS_ON_DEMAND");
+  }
+  if (addr == nullptr && !implicit) {
+    return Status::Error(EFAULT, "a memory region cannot start at address NULL");
+  }
+  if (!implicit && iova + length < iova) return InvalidArgument("iova + length overflows");
+  // On demand, nothing is pinned now: pages are faulted in as they are used.
+  if (!(access & kOnDemand)) {
+    if (Status s = CheckMapped(addr, length); !s.ok()) return s;
+  }
 
   auto mr = std::make_shared<Mr>();
   mr->pd = pd;
   mr->addr = static_cast<uint8_t*>(addr);
   mr->length = length;
-  mr->iova = (access & kZeroBased) ? 0 : iova;
+  mr->iova = (access & kZeroBased) || implicit ? 0 : iova;
   mr->access = access;
   return mr;
 }

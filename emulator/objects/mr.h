@@ -50,8 +50,28 @@ struct Mr {
   // True when [iova, iova+len) lies inside the region (overflow-safe).
   bool Contains(uint64_t start, uint64_t len) const;
   // Host address of an iova inside the region.
-  uint8_t* HostAddress(uint64_t at) const { return addr + (at - iova); }
+  // (Integer arithmetic: an implicit region's addr is NULL.)
+  uint8_t* HostAddress(uint64_t at) const {
+    return reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(addr) + (at - iova));
+  }
+
+  // An on-demand region (IBV_ACCESS_ON_DEMAND) pins nothing at registration:
+  // its pages are faulted in when the device touches them, and one that is
+  // not mapped (or not writable, for a write) fails that access instead.
+  bool on_demand() const { return access & kOnDemand; }
+  // Faults in [at, at+len) for reading or writing, as an ODP NIC's page
+  // fault does; EFAULT when a page cannot be. Always OK for a pinned region.
+  Status FaultIn(uint64_t at, uint64_t len, bool write) const;
 };
+
+// The whole address space: ibv_reg_mr(pd, NULL, SIZE_MAX,
+// IBV_ACCESS_ON_DEMAND) registers an implicit on-demand region.
+inline constexpr uint64_t kImplicitOdpLength = UINT64_MAX;
+
+// Faults in host memory [addr, addr+len) as FaultIn does (madvise
+// MADV_POPULATE_READ/WRITE; where the kernel lacks it, a check that every
+// page is mapped). Shared with ibv_advise_mr's prefetch.
+Status FaultInHost(const void* addr, uint64_t len, bool write);
 
 class MrTable {
  public:

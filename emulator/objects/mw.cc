@@ -153,7 +153,8 @@ Status MwTable::Bind(const BindRequest& r, const MrTable& mrs) {
     view->iova = (r.access & kZeroBased) ? 0 : r.addr;
     view->addr = mr->HostAddress(r.addr);
     view->length = r.length;
-    view->access = r.access & (kRemoteAccessMask | kZeroBased);
+    // A window over an on-demand region faults its pages in as the region would.
+    view->access = (r.access & (kRemoteAccessMask | kZeroBased)) | (mr->access & kOnDemand);
     view->bound_qpn = type2 ? r.qpn : 0;
     w->view = std::move(view);
     w->bound = true;

@@ -198,7 +198,8 @@ Status CheckValues(const QpAttributes& current, const QpAttributes& req, uint32_
     return InvalidArgument(fmt::format(
         "IBV_QP_ACCESS_FLAGS: qp_access_flags {:#x} has bits {:#x} that a QP does not grant; "
         "use IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, IBV_ACCESS_REMOTE_READ, "
-        "IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_FLUSH_GLOBAL and IBV_ACCESS_FLUSH_PERSISTENT",
+        "IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_FLUSH_GLOBAL and IBV_ACCESS_FLUSH_PERSISTENT (and "
+        "IBV_ACCESS_ON_DEMAND, which is accepted and means nothing for a QP)",
         req.qp_access_flags, req.qp_access_flags & ~kQpAccessFlagsMask));
   }
   if (mask & kQpAv) {

@@ -48,23 +48,44 @@ TEST(CheckAccessTest, RemoteWriteOrAtomicWithoutLocalWriteIsEinval) {
 }
 
 TEST(CheckAccessTest, UnknownBitsAreEinval) {
-  for (uint32_t a : {1u << 8, 1u << 15, 1u << 19, 1u << 21, 1u << 31}) {
+  for (uint32_t a : {1u << 10, 1u << 15, 1u << 19, 1u << 21, 1u << 31}) {
     EXPECT_EQ(MrTable::CheckAccess(a).code(), EINVAL) << std::hex << a;
     EXPECT_EQ(MrTable::CheckAccess(a | kLocalWrite).code(), EINVAL) << std::hex << a;
   }
 }
 
-TEST(CheckAccessTest, OnDemandIsNotSupported) {
-  EXPECT_EQ(MrTable::CheckAccess(kOnDemand).code(), EOPNOTSUPP);
-  EXPECT_EQ(MrTable::CheckAccess(kOnDemand | kLocalWrite).code(), EOPNOTSUPP);
+TEST(CheckAccessTest, OnDemandAndGlobalFlushAreRightsPersistentFlushNeedsPmem) {
+  EXPECT_TRUE(MrTable::CheckAccess(kOnDemand | kLocalWrite).ok());
+  EXPECT_TRUE(MrTable::CheckAccess(kFlushGlobal | kLocalWrite).ok());
+  EXPECT_EQ(MrTable::CheckAccess(kFlushPersistent | kLocalWrite).code(), EINVAL);
 }
 
 TEST_F(MrTableTest, RegisterValidatesAccess) {
   EXPECT_EQ(Reg(kRemoteWrite).status().code(), EINVAL);
   EXPECT_EQ(Reg(kRemoteAtomic).status().code(), EINVAL);
   EXPECT_EQ(Reg(1u << 12).status().code(), EINVAL);
-  EXPECT_EQ(Reg(kOnDemand | kLocalWrite).status().code(), EOPNOTSUPP);
+  EXPECT_EQ(Reg(kFlushPersistent | kLocalWrite).status().code(), EINVAL);
   EXPECT_EQ(table_.size(), 0u) << "a failed registration publishes nothing";
+}
+
+// On demand, nothing is pinned: unmapped memory registers, and faulting it
+// in is what fails (and succeeds once it is mapped).
+TEST_F(MrTableTest, OnDemandRegionsRegisterUnmappedMemoryAndFaultInOnUse) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* p = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  ASSERT_EQ(munmap(static_cast<uint8_t*>(p) + page, page), 0);
+  const auto base = reinterpret_cast<uintptr_t>(p);
+  EXPECT_EQ(table_.Register(1, p, 2 * page, base, kLocalWrite).status().code(), EFAULT)
+      << "pinned: every page must be mapped";
+  auto odp = table_.Register(1, p, 2 * page, base, kLocalWrite | kOnDemand);
+  ASSERT_TRUE(odp.ok()) << odp.status().message();
+  EXPECT_TRUE((*odp)->FaultIn(base, page, true).ok());
+  EXPECT_EQ((*odp)->FaultIn(base + page - 8, 16, false).code(), EFAULT);
+  ASSERT_EQ(mprotect(p, page, PROT_READ), 0);
+  EXPECT_TRUE((*odp)->FaultIn(base, 8, false).ok());
+  EXPECT_EQ((*odp)->FaultIn(base, 8, true).code(), EFAULT) << "a read-only page cannot be written";
+  munmap(p, page);
 }
 
 // As the kernel: a zero-length region inside a page registers (it pins that
