@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <ctime>
 #include <string>
 
 #include <fmt/format.h>
@@ -12,6 +11,7 @@
 #include "emulator/base/log.h"
 #include "emulator/control/server.h"
 #include "emulator/device/attributes.h"
+#include "emulator/device/clock.h"
 #include "emulator/engine/rss.h"
 #include "emulator/engine/trace.h"
 #include "provider/handles.h"
@@ -158,9 +158,8 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
   o.max_pkeys = device::kMaxPkeys;
   o.local_ca_ack_delay = device::kLocalCaAckDelay;
   o.phys_port_cnt = static_cast<uint8_t>(dev.num_ports());
-  // Completion timestamps are CLOCK_MONOTONIC nanoseconds: a 1 GHz clock.
-  a.completion_timestamp_mask = ~uint64_t{0};
-  a.hca_core_clock = 1000000;  // kHz
+  a.completion_timestamp_mask = device::kCompletionTimestampMask;
+  a.hca_core_clock = device::kCoreClockKhz;
   a.phys_port_cnt_ex = static_cast<uint32_t>(dev.num_ports());
   // The 64-bit flags repeat the 32 classic ones; above them, the Memory
   // Placement Extensions (the kernel's IB_UVERBS_DEVICE_FLUSH_GLOBAL and
@@ -188,21 +187,27 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
   return 0;
 }
 
-// The device's clock is the one its completion timestamps are read from
-// (CLOCK_MONOTONIC, in ns: hca_core_clock 1,000,000 kHz), so a raw clock
-// value and a completion's timestamp compare directly.
+// The raw clock is the core clock completions are stamped with
+// (device/clock.h), so a raw value and a completion's timestamp compare
+// directly. As libmlx5 (the one provider with this verb) does: the ticks are
+// in tv_nsec with tv_sec 0 (pyverbs reads tv_nsec as the device timestamp),
+// a comp_mask bit the device does not know is EINVAL, and one asking for
+// nothing succeeds with nothing filled.
 int QueryRtValues(ibv_context* context, ibv_values_ex* values) {
-  if (values == nullptr) return EINVAL;
-  if (!(values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK)) {
-    Log().warn("ibv_query_rt_values_ex: comp_mask {:#x} asks for nothing this device has "
-               "(IBV_VALUES_MASK_RAW_CLOCK is all it reports)", values->comp_mask);
-    return EOPNOTSUPP;
+  if (Status dead = DeadDevice(context, "ibv_query_rt_values_ex"); !dead.ok()) return dead.code();
+  if (values == nullptr) {
+    Log().warn("ibv_query_rt_values_ex: values is NULL");
+    return EINVAL;
   }
-  timespec now{};
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  values->raw_clock = now;
-  values->comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
-  (void)context;
+  if (uint32_t unknown = values->comp_mask & ~uint32_t{IBV_VALUES_MASK_RAW_CLOCK}; unknown != 0) {
+    Log().warn("ibv_query_rt_values_ex: comp_mask bits {:#x} are unknown (IBV_VALUES_MASK_RAW_CLOCK "
+               "is the only value a device reports)", unknown);
+    return EINVAL;
+  }
+  if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) {
+    values->raw_clock.tv_sec = 0;
+    values->raw_clock.tv_nsec = static_cast<long>(device::CoreClockNow());
+  }
   return 0;
 }
 

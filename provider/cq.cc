@@ -1,8 +1,6 @@
 // Completion queues: creation, the poll paths (classic and extended), arming.
 #include <sched.h>
 
-#include <ctime>
-
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
 #include "provider/handles.h"
@@ -140,14 +138,29 @@ unsigned int ReadWcFlags(ibv_cq_ex* c) { return ToCq(c)->current.wc_flags; }
 uint32_t ReadSlid(ibv_cq_ex* c) { return ToCq(c)->current.slid; }
 uint8_t ReadSl(ibv_cq_ex* c) { return ToCq(c)->current.sl; }
 uint8_t ReadDlidPathBits(ibv_cq_ex* c) { return ToCq(c)->current.dlid_path_bits; }
-uint64_t ReadCompletionTs(ibv_cq_ex* c) { return ToCq(c)->current.timestamp_ns; }
+// A field the CQ was not created to carry is not in a NIC's CQE: what the
+// program reads is then whatever the CQE held. Here it is 0, with a line.
+bool Carries(Cq* cq, uint64_t flag, const char* reader) {
+  if (cq->wc_flags & flag) return true;
+  RDMAEMU_WARN_LIMITED("{}: cq#{} was created without {} in wc_flags, so its completions carry "
+                       "no such field; 0 is returned", reader, cq->number,
+                       flag == IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
+                           ? "IBV_WC_EX_WITH_COMPLETION_TIMESTAMP"
+                           : "IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK");
+  return false;
+}
+uint64_t ReadCompletionTs(ibv_cq_ex* c) {
+  Cq* cq = ToCq(c);
+  if (!Carries(cq, IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, "ibv_wc_read_completion_ts")) return 0;
+  return cq->current.timestamp;
+}
 uint64_t ReadCompletionWallclockNs(ibv_cq_ex* c) {
-  // Timestamps are taken on CLOCK_MONOTONIC; shift by the clocks' offset now.
-  timespec mono, real;
-  clock_gettime(CLOCK_MONOTONIC, &mono);
-  clock_gettime(CLOCK_REALTIME, &real);
-  int64_t offset = (int64_t{real.tv_sec} - mono.tv_sec) * 1000000000 + (real.tv_nsec - mono.tv_nsec);
-  return ToCq(c)->current.timestamp_ns + static_cast<uint64_t>(offset);
+  Cq* cq = ToCq(c);
+  if (!Carries(cq, IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK,
+               "ibv_wc_read_completion_wallclock_ns")) {
+    return 0;
+  }
+  return cq->current.wallclock_ns;
 }
 // Not supported (creation refuses these flags); present so no slot is NULL.
 uint16_t ReadCvlan(ibv_cq_ex*) { return 0; }
@@ -200,12 +213,15 @@ Result<ibv_cq_ex*> CreateCq(ibv_context* context, const ibv_cq_init_attr_ex& att
 
   auto* cq = new Cq{};
   ibv_cq* base = reinterpret_cast<ibv_cq*>(&cq->ibv);
+  uint32_t stamps = 0;
+  if (attr.wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) stamps |= objects::kStampCoreClock;
+  if (attr.wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK) stamps |= objects::kStampWallclock;
   cq->cq = std::make_unique<objects::Cq>(
       attr.cqe,
       [base] {
         if (base->channel != nullptr && Hooks().completion != nullptr) Hooks().completion(base);
       },
-      reinterpret_cast<uint64_t>(base));
+      reinterpret_cast<uint64_t>(base), stamps);
   cq->wc_flags = attr.wc_flags;
   cq->ibv.context = context;
   cq->ibv.cqe = static_cast<int>(attr.cqe);

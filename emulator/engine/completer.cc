@@ -47,7 +47,6 @@ void Engine::CompleteFront(Qp& qp, objects::WcStatus status) {
   c.qp_num = qp.qpn;
   // A FLUSH moves no bytes; its length names the range it made visible.
   c.byte_len = f.wqe.op == SendOp::kFlush ? 0 : static_cast<uint32_t>(f.wqe.length);
-  c.timestamp_ns = NowNs();
   PushCqe(qp, qp.send_cq, c);
 }
 

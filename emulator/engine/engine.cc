@@ -109,11 +109,6 @@ Status FaultsFromEnvironment(fault::Injector& faults) {
 
 }  // namespace
 
-uint64_t NowNs() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
-}
-
 objects::WcOpcode CompletionOpcode(SendOp op) {
   switch (op) {
     case SendOp::kSend: case SendOp::kSendWithImm: case SendOp::kSendWithInv:
@@ -145,7 +140,6 @@ void FlushLocked(Qp& qp, std::vector<std::pair<objects::Cq*, objects::Cqe>>& out
     c.status = objects::WcStatus::kWrFlushErr;
     c.opcode = CompletionOpcode(w.op);
     c.qp_num = qp.qpn;
-    c.timestamp_ns = NowNs();
     out.emplace_back(qp.send_cq, c);
   };
   for (const auto& f : qp.inflight) flushed_send(f.wqe);
@@ -165,7 +159,6 @@ void FlushLocked(Qp& qp, std::vector<std::pair<objects::Cq*, objects::Cqe>>& out
     c.status = objects::WcStatus::kWrFlushErr;
     c.opcode = objects::WcOpcode::kRecv;
     c.qp_num = qp.qpn;
-    c.timestamp_ns = NowNs();
     out.emplace_back(qp.recv_cq, c);
   }
   qp.inflight.clear();
@@ -196,7 +189,6 @@ void FlushWqLocked(Wq& wq, std::vector<objects::Cqe>& out) {
     c.status = objects::WcStatus::kWrFlushErr;
     c.opcode = objects::WcOpcode::kRecv;
     c.qp_num = wq.wqn;
-    c.timestamp_ns = NowNs();
     out.push_back(c);
   }
   wq.rq.clear();
@@ -870,7 +862,6 @@ void Engine::ExecuteUdSend(Qp& qp, const SendWqe& wqe) {
     cqe.opcode = objects::WcOpcode::kSend;
     cqe.qp_num = qp.qpn;
     cqe.byte_len = static_cast<uint32_t>(wqe.length);
-    cqe.timestamp_ns = NowNs();
     PushCqe(qp, qp.send_cq, cqe);
   };
   uint32_t mtu = device_->ActiveMtu(qp.attrs.port);
@@ -1137,7 +1128,6 @@ void Engine::DeliverUd(const RecvWqe& wqe, uint32_t pd, uint32_t num, const wire
     ScatterRange(wqe.sges, 0, std::span<const uint8_t>(grh, kGrhBytes));
     ScatterRange(wqe.sges, kGrhBytes, payload);
   }
-  cqe.timestamp_ns = NowNs();
 }
 
 namespace {

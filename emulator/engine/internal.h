@@ -12,7 +12,6 @@
 
 namespace rdmaemu::engine {
 
-uint64_t NowNs();
 // The retransmission timer for an IBA timeout exponent (requester.cc).
 Clock::duration TransportTimeout(uint8_t timeout);
 // (Re)starts the QP's retransmission timer from the current time (requester.cc).

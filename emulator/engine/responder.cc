@@ -84,7 +84,6 @@ void Engine::ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std:
                                                            : objects::WcStatus::kLocQpOpErr;
     c.opcode = objects::WcOpcode::kRecv;
     c.qp_num = qp.qpn;
-    c.timestamp_ns = NowNs();
     qp.in_send = false;
     PushCqe(qp, qp.recv_cq, c);
   }
@@ -418,7 +417,6 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
         c.wc_flags |= objects::kWcWithInv;
         c.imm_data = packet.ieth().rkey();
       }
-      c.timestamp_ns = NowNs();
       qp.in_send = false;
       qp.msn = wire::PsnNext(qp.msn);
       PushCqe(qp, qp.recv_cq, c);
@@ -502,7 +500,6 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
         c.wc_flags = objects::kWcWithImm;
         c.imm_data = htonl(packet.imm_dt().imm());
         c.solicited = packet.bth().solicited();
-        c.timestamp_ns = NowNs();
         PushCqe(qp, qp.recv_cq, c);
       }
     }

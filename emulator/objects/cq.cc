@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include "emulator/device/clock.h"
+
 namespace rdmaemu::objects {
 
-Cq::Cq(uint32_t capacity, Notifier notifier, uint64_t handle)
-    : ring_(capacity), notifier_(std::move(notifier)), handle_(handle) {}
+Cq::Cq(uint32_t capacity, Notifier notifier, uint64_t handle, uint32_t stamps)
+    : ring_(capacity), notifier_(std::move(notifier)), handle_(handle), stamps_(stamps) {}
 
 bool Cq::TakeOverrunNotice() {
   std::lock_guard lock(mu_);
@@ -20,6 +22,10 @@ uint32_t Cq::capacity() const {
 }
 
 bool Cq::Push(const Cqe& cqe) {
+  // Read before the lock, so a poller waiting on it does not wait for a
+  // clock read too.
+  const uint64_t core = (stamps_ & kStampCoreClock) ? device::CoreClockNow() : 0;
+  const uint64_t wall = (stamps_ & kStampWallclock) ? device::WallclockNowNs() : 0;
   bool notify = false;
   {
     std::lock_guard lock(mu_);
@@ -27,7 +33,10 @@ bool Cq::Push(const Cqe& cqe) {
       overrun_ = true;
       return false;
     }
-    ring_[tail_ % ring_.size()] = cqe;
+    Cqe& slot = ring_[tail_ % ring_.size()];
+    slot = cqe;
+    slot.timestamp = core;
+    slot.wallclock_ns = wall;
     ++tail_;
     if (arm_ == ArmState::kNextCompletion ||
         (arm_ == ArmState::kSolicited && (cqe.solicited || cqe.status != WcStatus::kSuccess))) {

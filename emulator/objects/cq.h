@@ -48,23 +48,33 @@ struct Cqe {
   uint8_t sl = 0;
   uint8_t dlid_path_bits = 0;
   bool solicited = false;
-  uint64_t timestamp_ns = 0;  // completion time (CLOCK_MONOTONIC)
+  // Set by Cq::Push, if the CQ stamps them (Stamp): when the CQE was
+  // produced, in core clock ticks and in nanoseconds of wall time.
+  uint64_t timestamp = 0;
+  uint64_t wallclock_ns = 0;
 };
+
+// The clocks a CQ stamps its CQEs with as they are pushed (the timestamp
+// flags of ibv_create_cq_ex), as a NIC writes them into the CQE it produces;
+// a CQ that asked for none reads no clock.
+enum Stamp : uint32_t { kStampCoreClock = 1u << 0, kStampWallclock = 1u << 1 };
 
 class Cq {
  public:
   using Notifier = std::function<void()>;
 
   // `capacity` CQEs fit; the caller validated the range.
-  // `handle` names the CQ in its CQ_ERR event (the provider's ibv_cq*).
-  Cq(uint32_t capacity, Notifier notifier, uint64_t handle = 0);
+  // `handle` names the CQ in its CQ_ERR event (the provider's ibv_cq*);
+  // `stamps` (Stamp bits) the clocks each pushed CQE is stamped with.
+  Cq(uint32_t capacity, Notifier notifier, uint64_t handle = 0, uint32_t stamps = 0);
 
   uint64_t handle() const { return handle_; }
 
   uint32_t capacity() const;
 
-  // Engine side. False when the CQ is full: the CQE is lost, the CQ is in
-  // error (overrun) and the caller raises CQ_ERR.
+  // Engine side: the CQE is produced now (and stamped). False when the CQ
+  // is full: the CQE is lost, the CQ is in error (overrun) and the caller
+  // raises CQ_ERR.
   bool Push(const Cqe& cqe);
 
   // Application side. Returns how many CQEs were copied into out.
@@ -107,6 +117,7 @@ class Cq {
   bool peeked_ = false;  // guarded by mu_
   const Notifier notifier_;
   const uint64_t handle_;
+  const uint32_t stamps_;
 };
 
 }  // namespace rdmaemu::objects

@@ -45,7 +45,6 @@ Cqe MakeCqe(uint64_t wr_id) {
   c.pkey_index = 0;
   c.slid = 0;
   c.sl = 3;
-  c.timestamp_ns = 123456789;
   return c;
 }
 
@@ -239,8 +238,9 @@ TEST_F(CqEventsTest, ExtendedPollReturnsTheCqeFields) {
   EXPECT_EQ(ibv_wc_read_src_qp(cq), 0x22u);
   EXPECT_EQ(ibv_wc_read_wc_flags(cq), unsigned{IBV_WC_WITH_IMM | IBV_WC_GRH});
   EXPECT_EQ(ibv_wc_read_sl(cq), 3);
-  EXPECT_EQ(ibv_wc_read_completion_ts(cq), 123456789u);
-  EXPECT_GT(ibv_wc_read_completion_wallclock_ns(cq), 123456789u);
+  // Stamped by the CQ as the device pushed the CQE (the producer sets none).
+  EXPECT_GT(ibv_wc_read_completion_ts(cq), 0u);
+  EXPECT_GT(ibv_wc_read_completion_wallclock_ns(cq), 0u);
   ASSERT_EQ(ibv_next_poll(cq), 0);
   EXPECT_EQ(cq->wr_id, 101u);
   EXPECT_EQ(cq->status, IBV_WC_WR_FLUSH_ERR);

@@ -1,7 +1,10 @@
 // Tests of the CQ ring: order, overrun, one-shot arming, resize.
 #include "emulator/objects/cq.h"
 
+#include <time.h>
+
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <thread>
 #include <vector>
@@ -44,6 +47,41 @@ TEST_F(CqTest, PollReturnsCqesInPushOrder) {
   EXPECT_EQ(cq.Poll(8, out), 0);
   EXPECT_EQ(cq.depth(), 0u);
   EXPECT_EQ(notified_, 0) << "no notification without arming";
+}
+
+uint64_t Now(clockid_t clock) {
+  timespec t{};
+  clock_gettime(clock, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1000000000u + static_cast<uint64_t>(t.tv_nsec);
+}
+
+// A CQE is stamped as it is pushed (produced), with the clocks the CQ was
+// made to stamp with, whatever the producer put there; never as polled.
+TEST_F(CqTest, PushStampsTheClocksTheCqWasMadeFor) {
+  Cq plain(4, nullptr);
+  Cq both(4, nullptr, 0, kStampCoreClock | kStampWallclock);
+  Cq wall(4, nullptr, 0, kStampWallclock);
+  Cqe c = Make(1);
+  c.timestamp = c.wallclock_ns = 42;  // the producer's values do not count
+  const uint64_t mono0 = Now(CLOCK_MONOTONIC), real0 = Now(CLOCK_REALTIME);
+  ASSERT_TRUE(plain.Push(c));
+  ASSERT_TRUE(both.Push(c));
+  ASSERT_TRUE(wall.Push(c));
+  const uint64_t mono1 = Now(CLOCK_MONOTONIC), real1 = Now(CLOCK_REALTIME);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  Cqe out;
+  ASSERT_EQ(plain.Poll(1, &out), 1);
+  EXPECT_EQ(out.timestamp, 0u);
+  EXPECT_EQ(out.wallclock_ns, 0u);
+  ASSERT_EQ(both.Poll(1, &out), 1);
+  EXPECT_GE(out.timestamp, mono0);
+  EXPECT_LE(out.timestamp, mono1) << "stamped when pushed, not when polled 20 ms later";
+  EXPECT_GE(out.wallclock_ns, real0);
+  EXPECT_LE(out.wallclock_ns, real1);
+  ASSERT_EQ(wall.Poll(1, &out), 1);
+  EXPECT_EQ(out.timestamp, 0u);
+  EXPECT_GE(out.wallclock_ns, real0);
+  EXPECT_LE(out.wallclock_ns, real1);
 }
 
 TEST_F(CqTest, OrderSurvivesWrappingTheRing) {
