@@ -176,6 +176,7 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
       IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
   a.odp_caps.per_transport_caps.ud_odp_caps =
       IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+  a.max_dm_size = device::kMaxDmSize;  // device memory (provider/dm.cc)
   // Receive-side scaling on UD QPs through WQs (provider/wq.cc).
   a.max_wq_type_rq = device::kMaxWq;
   a.rss_caps.supported_qpts = 1u << IBV_QPT_UD;
@@ -302,6 +303,7 @@ void InstallOps(verbs_context* vctx) {
   InstallSrqOps(vctx);
   InstallMwOps(vctx);
   InstallMemoryOps(vctx);
+  InstallDmOps(vctx);
 }
 
 int SetPortState(ibv_context* context, uint8_t port, ibv_port_state state) {

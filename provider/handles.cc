@@ -57,6 +57,7 @@ std::string NameOf(const void* object, Kind kind) {
       return fmt::format("srq#{}", ToSrq(static_cast<ibv_srq*>(const_cast<void*>(object)))->number);
     case Kind::kMr: return fmt::format("mr lkey {:#x}", static_cast<const ibv_mr*>(object)->lkey);
     case Kind::kMw: return fmt::format("mw rkey {:#x}", static_cast<const ibv_mw*>(object)->rkey);
+    case Kind::kDm: return fmt::format("dm#{}", static_cast<const ibv_dm*>(object)->handle);
     case Kind::kWq: return fmt::format("wq#{}", static_cast<const ibv_wq*>(object)->wq_num);
     case Kind::kContext:
       return fmt::format("context of {}",
@@ -93,6 +94,7 @@ const char* KindName(Kind kind) {
     case Kind::kWq: return "WQ";
     case Kind::kRwqIndTable: return "indirection table";
     case Kind::kMw: return "MW";
+    case Kind::kDm: return "DM";
   }
   return "object";
 }

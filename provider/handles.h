@@ -14,7 +14,8 @@
 
 namespace rdmaemu::provider {
 
-enum class Kind { kContext, kPd, kMr, kCq, kCompChannel, kQp, kSrq, kAh, kWq, kRwqIndTable, kMw };
+enum class Kind { kContext, kPd, kMr, kCq, kCompChannel, kQp, kSrq, kAh, kWq, kRwqIndTable, kMw,
+                  kDm };
 
 // "PD", "CQ", "completion channel", ...: what log lines call a kind.
 const char* KindName(Kind kind);

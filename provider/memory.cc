@@ -4,7 +4,9 @@
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
 #include "provider/handles.h"
+#include "provider/check/check.h"
 #include "provider/check/quarantine.h"
+#include "provider/check/sends.h"
 #include "provider/object_slot.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
@@ -103,6 +105,13 @@ int ReregMr(ibv_mr* ibv, int flags, ibv_pd* pd, void* addr, size_t length, int a
     return EINVAL;
   }
   if (flags == 0) return EINVAL;
+  if (mr->dm != nullptr) {
+    // As the kernel (ib_uverbs_rereg_mr): a region over device memory has
+    // no translation to change.
+    Log().warn("ibv_rereg_mr(mr lkey {:#x}): the region is over device memory (ibv_reg_dm_mr) and "
+               "cannot be reregistered; deregister it and register again", mr->mr->lkey);
+    return EINVAL;
+  }
   ibv_pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : ibv->pd;
   if (new_pd == nullptr) return EINVAL;
   void* new_addr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : ibv->addr;
@@ -160,6 +169,10 @@ int DeregMr(ibv_mr* ibv) {
     return s.code();
   }
   --ToPd(ibv->pd)->users;
+  if (mr->dm != nullptr) {
+    --mr->dm->users;
+    if (check::On()) check::DeviceMemoryKey(lkey, false);
+  }
   RemoveHandle(ibv);
   check::Dispose(mr);
   return 0;

@@ -15,6 +15,7 @@
 #include "emulator/engine/engine.h"
 #include "emulator/objects/qp_state.h"
 #include "emulator/objects/cq.h"
+#include "emulator/objects/device_memory.h"
 #include "emulator/objects/mr.h"
 #include "provider/provider.h"
 
@@ -34,9 +35,19 @@ struct Pd {
   std::atomic<int> users{0};  // MRs, QPs and AHs created on it
 };
 
+struct Dm;
+
 struct Mr {
   ibv_mr ibv;  // must be first
   std::shared_ptr<const objects::Mr> mr;
+  Dm* dm = nullptr;  // the device memory it registers (ibv_reg_dm_mr), if any
+};
+
+// ibv_alloc_dm's buffer (dm.cc).
+struct Dm {
+  ibv_dm ibv;  // must be first
+  std::unique_ptr<objects::DmBuffer> buffer;
+  std::atomic<int> users{0};  // MRs registered on it
 };
 
 struct Mw {
@@ -123,6 +134,7 @@ inline Context* ToContext(ibv_context* c) {
 inline Pd* ToPd(ibv_pd* p) { return reinterpret_cast<Pd*>(p); }
 inline Mr* ToMr(ibv_mr* m) { return reinterpret_cast<Mr*>(m); }
 inline Mw* ToMw(ibv_mw* m) { return reinterpret_cast<Mw*>(m); }
+inline Dm* ToDm(ibv_dm* d) { return reinterpret_cast<Dm*>(d); }
 inline Cq* ToCq(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
 inline Cq* ToCq(ibv_cq_ex* c) { return reinterpret_cast<Cq*>(c); }
 inline Qp* ToQp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }

@@ -12,5 +12,7 @@ void InstallSrqOps(verbs_context* vctx);
 void InstallMwOps(verbs_context* vctx);
 // ibv_advise_mr (memory.cc).
 void InstallMemoryOps(verbs_context* vctx);
+// ibv_alloc_dm, ibv_free_dm, ibv_reg_dm_mr and the DM's copy functions (dm.cc).
+void InstallDmOps(verbs_context* vctx);
 
 }  // namespace rdmaemu::provider

@@ -52,6 +52,11 @@ inline constexpr uint64_t kMaxMrSize = ~uint64_t{0};
 inline constexpr uint64_t kPageSizeCap = 0xfffff000;
 inline constexpr uint32_t kMaxMsgSize = 1u << 31;
 inline constexpr int kGidTableLength = 16;
+// Device memory (ibv_alloc_dm): what the device has in all, which is also the
+// largest one allocation may be (max_dm_size, as on a ConnectX with 256 KiB of
+// MEMIC), and the largest start alignment an allocation may ask for.
+inline constexpr uint64_t kMaxDmSize = 256 * 1024;
+inline constexpr uint32_t kMaxDmLogAlign = 12;
 inline constexpr int kNumCompVectors = 1;
 
 }  // namespace rdmaemu::device

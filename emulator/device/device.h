@@ -33,6 +33,7 @@
 #include "emulator/device/attributes.h"
 #include "emulator/device/config.h"
 #include "emulator/net/udp_socket.h"
+#include "emulator/objects/device_memory.h"
 #include "emulator/objects/directory.h"
 #include "emulator/objects/mr.h"
 #include "emulator/objects/mw.h"
@@ -186,6 +187,9 @@ class Device {
 
   objects::MrTable& mrs() { return mrs_; }
   objects::MwTable& mws() { return mws_; }
+  // The device's own memory (ibv_alloc_dm), max_dm_size bytes for all its
+  // contexts together.
+  objects::DeviceMemory& dm() { return dm_; }
   // The device's QPs, CQs, SRQs and WQs by number, for the control plane.
   objects::Directory& directory() { return directory_; }
 
@@ -221,6 +225,7 @@ class Device {
 
   objects::MrTable mrs_;
   objects::MwTable mws_;
+  objects::DeviceMemory dm_{kMaxDmSize};
   objects::Directory directory_;
 };
 

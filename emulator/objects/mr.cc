@@ -141,8 +141,22 @@ Result<std::shared_ptr<const Mr>> MrTable::Register(uint32_t pd, void* addr, uin
                                                     uint64_t iova, uint32_t access) {
   auto built = Build(pd, addr, length, iova, access);
   if (!built.ok()) return built.status();
-  std::shared_ptr<Mr> mr = *built;
+  return Publish(*built);
+}
 
+Result<std::shared_ptr<const Mr>> MrTable::RegisterDeviceMemory(uint32_t pd, uint8_t* addr,
+                                                                uint64_t length, uint32_t access) {
+  if (Status s = CheckAccess(access); !s.ok()) return s;
+  auto mr = std::make_shared<Mr>();
+  mr->pd = pd;
+  mr->addr = addr;
+  mr->length = length;
+  mr->iova = 0;
+  mr->access = access | kZeroBased;
+  return Publish(std::move(mr));
+}
+
+Result<std::shared_ptr<const Mr>> MrTable::Publish(std::shared_ptr<Mr> mr) {
   std::unique_lock lock(mu_);
   if (live_ >= static_cast<size_t>(device::kMaxMr)) {
     return NoMemory(fmt::format("the device's {} memory regions are all in use", device::kMaxMr));

@@ -79,6 +79,12 @@ class MrTable {
   // length, mapped memory) and publishes the region with fresh keys.
   Result<std::shared_ptr<const Mr>> Register(uint32_t pd, void* addr, uint64_t length,
                                              uint64_t iova, uint32_t access);
+  // A region over device memory (ibv_reg_dm_mr): zero-based, so its
+  // addresses are offsets from `addr`, and never pinned or checked against
+  // the process's mappings (the device owns the memory). The caller checked
+  // the range against its buffer.
+  Result<std::shared_ptr<const Mr>> RegisterDeviceMemory(uint32_t pd, uint8_t* addr, uint64_t length,
+                                                         uint32_t access);
   // Replaces a region's translation, PD or rights in place: the lkey and
   // rkey stay (rxe and mlx5 keep them; rdma-core's tests send the old rkey
   // after a rereg). On failure the region is unchanged.
@@ -105,6 +111,8 @@ class MrTable {
   // A region's checks and fields, without keys and not yet published.
   static Result<std::shared_ptr<Mr>> Build(uint32_t pd, void* addr, uint64_t length, uint64_t iova,
                                            uint32_t access);
+  // Gives a built region fresh keys and publishes it; ENOMEM at kMaxMr.
+  Result<std::shared_ptr<const Mr>> Publish(std::shared_ptr<Mr> mr);
 
   mutable std::shared_mutex mu_;
   mutable std::shared_mutex access_mu_;

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -43,6 +44,7 @@ struct SendQueue {
 std::mutex g_mu;
 // Keyed by context and QP number, as a CQE names its QP; never freed (used at exit).
 auto& g_queues = *new std::map<std::pair<const ibv_context*, uint32_t>, SendQueue>();  // g_mu
+auto& g_device_keys = *new std::multiset<uint32_t>();  // g_mu; lkeys of regions over device memory
 
 // The device reads these WRs' local memory for the wire; a RDMA READ or an
 // atomic writes it, and inline data was copied at the post.
@@ -117,8 +119,17 @@ PostedSums* SumSends(const ibv_send_wr* wr) {
       continue;
     }
     std::vector<Sge> sges;
-    for (int i = 0; i < wr->num_sge; ++i) {
-      sges.push_back({wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey});
+    bool device_memory = false;
+    {
+      std::lock_guard lock(g_mu);
+      for (int i = 0; i < wr->num_sge; ++i) {
+        sges.push_back({wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey});
+        device_memory |= g_device_keys.count(wr->sg_list[i].lkey) != 0;
+      }
+    }
+    if (device_memory) {
+      sums->sums.emplace_back(false, 0);
+      continue;
     }
     sums->sums.emplace_back(true, Sum(sges));
   }
@@ -229,6 +240,15 @@ void Deregistering(const ibv_mr* mr) {
                      "for its completion before deregistering",
                      mr->lkey, mr->length, mr->addr, qpn, Describe(p)),
          CaptureStack(), {{"the WR was posted here", *p.posted}});
+}
+
+void DeviceMemoryKey(uint32_t lkey, bool registered) {
+  std::lock_guard lock(g_mu);
+  if (registered) {
+    g_device_keys.insert(lkey);
+  } else if (auto it = g_device_keys.find(lkey); it != g_device_keys.end()) {
+    g_device_keys.erase(it);
+  }
 }
 
 }  // namespace rdmaemu::check

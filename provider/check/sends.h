@@ -44,4 +44,11 @@ void SendCompleted(const ibv_context* context, const ibv_wc& wc);
 // Before ibv_dereg_mr of `mr`.
 void Deregistering(const ibv_mr* mr);
 
+// A region over device memory (ibv_reg_dm_mr) was registered or is gone:
+// an SGE with its lkey holds an offset into the device's memory, not an
+// address of the program's, so a WR naming it is not summed. Keyed by lkey
+// alone: a host region of another device with the same lkey goes unsummed
+// too (a report missed, never a false one).
+void DeviceMemoryKey(uint32_t lkey, bool registered);
+
 }  // namespace rdmaemu::check

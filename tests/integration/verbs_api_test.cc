@@ -601,12 +601,6 @@ TEST_F(VerbsTest, UnimplementedInlineVerbsFailWithEopnotsupp) {
   EXPECT_EQ(ibv_modify_cq(cq, &mattr), EOPNOTSUPP);
   EXPECT_EQ(ibv_destroy_cq(cq), 0);
 
-  ibv_alloc_dm_attr dattr{};
-  dattr.length = 64;
-  errno = 0;
-  EXPECT_EQ(ibv_alloc_dm(ctx_, &dattr), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);
-
   ibv_counters_init_attr cattr{};
   errno = 0;
   EXPECT_EQ(ibv_create_counters(ctx_, &cattr), nullptr);

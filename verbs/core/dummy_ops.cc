@@ -57,9 +57,6 @@ int AttachCountersPointFlow(ibv_counters*, ibv_counter_attach_attr*, ibv_flow*) 
 }
 ibv_counters* CreateCounters(ibv_context*, ibv_counters_init_attr*) { FAIL_PTR("ibv_create_counters"); }
 int DestroyCounters(ibv_counters*) { FAIL_INT("ibv_destroy_counters"); }
-ibv_mr* RegDmMr(ibv_pd*, ibv_dm*, uint64_t, size_t, unsigned int) { FAIL_PTR("ibv_reg_dm_mr"); }
-ibv_dm* AllocDm(ibv_context*, ibv_alloc_dm_attr*) { FAIL_PTR("ibv_alloc_dm"); }
-int FreeDm(ibv_dm*) { FAIL_INT("ibv_free_dm"); }
 int ModifyFlowActionEsp(ibv_flow_action*, ibv_flow_action_esp_attr*) {
   FAIL_INT("ibv_modify_flow_action_esp");
 }
@@ -121,9 +118,6 @@ void InstallDummyOps(verbs_context* vctx) {
   vctx->attach_counters_point_flow = AttachCountersPointFlow;
   vctx->create_counters = CreateCounters;
   vctx->destroy_counters = DestroyCounters;
-  vctx->reg_dm_mr = RegDmMr;
-  vctx->alloc_dm = AllocDm;
-  vctx->free_dm = FreeDm;
   vctx->modify_flow_action_esp = ModifyFlowActionEsp;
   vctx->destroy_flow_action = DestroyFlowAction;
   vctx->create_flow_action_esp = CreateFlowActionEsp;
