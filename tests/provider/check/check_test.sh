@@ -38,7 +38,7 @@ run() {  # run MODE PROGRAM OUT ERR [extra options]: the exit status
 
 for prog in "$@"; do
   name="$(basename "$prog")"
-  if [[ "$name" == correct || "$name" == correct_ex ]]; then
+  if [[ "$name" == correct || "$name" == correct_ex || "$name" == correct_dm ]]; then
     checks=$((checks + 1))
     run --check=error "$prog" "$tmp/out" "$tmp/err"
     rc=$?
