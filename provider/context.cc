@@ -14,6 +14,8 @@
 #include "emulator/device/clock.h"
 #include "emulator/engine/rss.h"
 #include "emulator/engine/trace.h"
+#include "provider/cmd_file.h"
+#include "provider/domain.h"
 #include "provider/handles.h"
 #include "provider/check/quarantine.h"
 #include "provider/objects.h"
@@ -261,7 +263,7 @@ Result<std::vector<DeviceEntry>> ListDevices() {
   return out;
 }
 
-Result<verbs_context*> AllocContext(int index) {
+Result<verbs_context*> AllocContext(int index, ibv_context* imported_from) {
   auto engine = engine::AcquireEngine(index);
   if (!engine.ok()) return engine.status();
   if ((*engine)->device().dead()) {
@@ -274,6 +276,7 @@ Result<verbs_context*> AllocContext(int index) {
   auto* ctx = new Context{};
   ctx->engine = std::move(engine).value();
   ctx->device = &ctx->engine->device();
+  ctx->file = imported_from != nullptr ? ToContext(imported_from)->file : std::make_shared<CmdFile>();
   AddHandle(&ctx->vctx.context, Kind::kContext, &ctx->vctx.context);
   return &ctx->vctx;
 }
@@ -288,6 +291,8 @@ void StartContext(verbs_context* vctx) {
 void FreeContext(verbs_context* vctx) {
   Context* ctx = reinterpret_cast<Context*>(vctx);
   if (ctx->listener_id != 0) ctx->device->RemoveListener(ctx->listener_id);
+  ctx->file->pds.Forget(&vctx->context);
+  ctx->file->mrs.Forget(&vctx->context);
   CloseHandles(&vctx->context);
   RemoveHandle(&vctx->context);
   check::Dispose(ctx);
@@ -304,6 +309,7 @@ void InstallOps(verbs_context* vctx) {
   InstallMwOps(vctx);
   InstallMemoryOps(vctx);
   InstallDmOps(vctx);
+  InstallDomainOps(vctx);
 }
 
 int SetPortState(ibv_context* context, uint8_t port, ibv_port_state state) {

@@ -1,8 +1,11 @@
 // Completion queues: creation, the poll paths (classic and extended), arming.
 #include <sched.h>
 
+#include <new>
+
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
+#include "provider/domain.h"
 #include "provider/handles.h"
 #include "provider/check/quarantine.h"
 #include "provider/object_slot.h"
@@ -207,7 +210,12 @@ Result<ibv_cq_ex*> CreateCq(ibv_context* context, const ibv_cq_init_attr_ex& att
       (attr.flags & ~(IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN))) {
     return NotSupported("flags");
   }
-  if (attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) return NotSupported("parent domains");
+  Pd* parent_domain = nullptr;
+  if (attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) {
+    auto pd = CqParentDomain(context, attr.parent_domain);
+    if (!pd.ok()) return pd.status();
+    parent_domain = *pd;
+  }
   ObjectSlot slot(*ToContext(context)->device, ObjectSlot::Limited::kCq, "ibv_create_cq");
   if (!slot.ok()) return NoMemory("max_cq");
 
@@ -216,12 +224,19 @@ Result<ibv_cq_ex*> CreateCq(ibv_context* context, const ibv_cq_init_attr_ex& att
   uint32_t stamps = 0;
   if (attr.wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) stamps |= objects::kStampCoreClock;
   if (attr.wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK) stamps |= objects::kStampWallclock;
-  cq->cq = std::make_unique<objects::Cq>(
-      attr.cqe,
-      [base] {
-        if (base->channel != nullptr && Hooks().completion != nullptr) Hooks().completion(base);
-      },
-      reinterpret_cast<uint64_t>(base), stamps);
+  if (parent_domain != nullptr) cq->memory = BufferMemory(*parent_domain, kCqRingResourceType);
+  try {
+    cq->cq = std::make_unique<objects::Cq>(
+        attr.cqe,
+        [base] {
+          if (base->channel != nullptr && Hooks().completion != nullptr) Hooks().completion(base);
+        },
+        reinterpret_cast<uint64_t>(base), stamps,
+        cq->memory ? cq->memory.get() : std::pmr::get_default_resource());
+  } catch (const std::bad_alloc&) {
+    delete cq;
+    return NoMemory("no memory for the CQ's ring");
+  }
   cq->wc_flags = attr.wc_flags;
   cq->ibv.context = context;
   cq->ibv.cqe = static_cast<int>(attr.cqe);
@@ -251,6 +266,8 @@ Result<ibv_cq_ex*> CreateCq(ibv_context* context, const ibv_cq_init_attr_ex& att
     return number.status();
   }
   cq->number = *number;
+  cq->parent_domain = parent_domain;
+  if (parent_domain != nullptr) ++parent_domain->users;
   AddHandle(base, Kind::kCq, context);
   slot.Keep();
   return &cq->ibv;
@@ -296,7 +313,10 @@ bool CqArmed(ibv_cq* ibv) { return ToCq(ibv)->cq->armed(); }
 void FreeCq(ibv_cq* ibv) {
   RemoveHandle(ibv);
   ToContext(ibv->context)->device->ReturnObject(device::Device::Limited::kCq);
+  // The ring goes back to the parent domain's allocator first.
+  Pd* parent_domain = ToCq(ibv)->parent_domain;
   check::Dispose(ToCq(ibv));
+  if (parent_domain != nullptr) --parent_domain->users;
 }
 
 }  // namespace rdmaemu::provider

@@ -95,6 +95,7 @@ const char* KindName(Kind kind) {
     case Kind::kRwqIndTable: return "indirection table";
     case Kind::kMw: return "MW";
     case Kind::kDm: return "DM";
+    case Kind::kTd: return "thread domain";
   }
   return "object";
 }
@@ -271,7 +272,9 @@ bool HandleOf(const void* object, Kind kind, ibv_context* context, const char* v
               const char* what) {
   ibv_context* owner = LiveHandle(object, kind, verb, what);
   if (owner == nullptr) return false;
-  if (owner != context) {
+  // Contexts imported from one another share their objects, as the kernel
+  // shares the file's handles.
+  if (owner != context && ToContext(owner)->file != ToContext(context)->file) {
     Log().warn("{}: {} {} belongs to another context (each ibv_open_device is its own context, "
                "whose objects do not mix with another's)",
                verb, Describe(kind, what), object);

@@ -3,6 +3,8 @@
 
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
+#include "provider/cmd_file.h"
+#include "provider/domain.h"
 #include "provider/handles.h"
 #include "provider/check/check.h"
 #include "provider/check/quarantine.h"
@@ -40,6 +42,9 @@ unsigned StripOptional(unsigned access) { return access & ~IBV_ACCESS_OPTIONAL_R
 
 Context* ContextOf(ibv_pd* pd) { return ToContext(pd->context); }
 
+// The PD view whose count `mr` holds (objects.h).
+Pd* CountedPd(const Mr& mr) { return mr.counted_pd ? *mr.counted_pd : ToPd(mr.ibv.pd); }
+
 }  // namespace
 
 Result<ibv_pd*> AllocPd(ibv_context* context) {
@@ -52,16 +57,23 @@ Result<ibv_pd*> AllocPd(ibv_context* context) {
   pd->handle = g_next_pd_handle.fetch_add(1);
   pd->ibv.handle = pd->handle;
   AddHandle(&pd->ibv, Kind::kPd, context);
+  ToContext(context)->file->pds.Add(pd->handle, pd);
   return &pd->ibv;
 }
 
 int DeallocPd(ibv_pd* ibv) {
+  if (ToPd(ibv)->protection != nullptr) return DeallocParentDomain(*ToPd(ibv));
   if (int users = ToPd(ibv)->users.load(); users != 0) {
-    Log().warn("ibv_dealloc_pd: {} memory region(s) or window(s), QP(s), SRQ(s), WQ(s) or address "
-               "handle(s) still use the PD; destroy them first", users);
+    Log().warn("ibv_dealloc_pd: {} memory region(s) or window(s), QP(s), SRQ(s), WQ(s), address "
+               "handle(s) or parent domain(s) still use the PD; destroy them first", users);
     return EBUSY;
   }
+  // Its other views (ibv_import_pd) name a destroyed PD: only their
+  // unimport accepts them from now on (ibv_import_pd(3)).
   RemoveHandle(ibv);
+  for (Pd* view : ToContext(ibv->context)->file->pds.TakeAll(ToPd(ibv)->handle)) {
+    if (view != ToPd(ibv)) RetireHandle(&view->ibv);
+  }
   ToContext(ibv->context)->device->ReturnObject(device::Device::Limited::kPd);
   check::Dispose(ToPd(ibv));
   return 0;
@@ -84,6 +96,7 @@ Result<ibv_mr*> RegMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsi
   }
   auto* out = new Mr{};
   ++ToPd(pd)->users;
+  out->counted_pd = std::make_shared<Pd*>(ToPd(pd));
   out->mr = *mr;
   out->ibv.context = pd->context;
   out->ibv.pd = pd;
@@ -93,6 +106,7 @@ Result<ibv_mr*> RegMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsi
   out->ibv.lkey = (*mr)->lkey;
   out->ibv.rkey = (*mr)->rkey;
   AddHandle(&out->ibv, Kind::kMr, pd->context);
+  ContextOf(pd)->file->mrs.Add(out->ibv.handle, out);
   return &out->ibv;
 }
 
@@ -140,9 +154,10 @@ int ReregMr(ibv_mr* ibv, int flags, ibv_pd* pd, void* addr, size_t length, int a
     return fresh.status().code();
   }
   mr->mr = *fresh;
-  if (new_pd != ibv->pd) {
+  if (ToPd(new_pd) != CountedPd(*mr)) {
     ++ToPd(new_pd)->users;
-    --ToPd(ibv->pd)->users;
+    --CountedPd(*mr)->users;
+    if (mr->counted_pd) *mr->counted_pd = ToPd(new_pd);
   }
   ibv->pd = new_pd;
   ibv->addr = new_addr;
@@ -168,12 +183,16 @@ int DeregMr(ibv_mr* ibv) {
     Log().warn("ibv_dereg_mr: {}", s.message());
     return s.code();
   }
-  --ToPd(ibv->pd)->users;
+  --CountedPd(*mr)->users;
   if (mr->dm != nullptr) {
     --mr->dm->users;
     if (check::On()) check::DeviceMemoryKey(lkey, false);
   }
+  // Its other views (ibv_import_mr): as for a PD's.
   RemoveHandle(ibv);
+  for (Mr* view : ToContext(ibv->context)->file->mrs.TakeAll(ibv->handle)) {
+    if (view != mr) RetireHandle(&view->ibv);
+  }
   check::Dispose(mr);
   return 0;
 }

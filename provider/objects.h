@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <memory_resource>
 #include <mutex>
 #include <vector>
 
@@ -21,18 +22,66 @@
 
 namespace rdmaemu::provider {
 
+struct CmdFile;
+
 struct Context {
   verbs_context vctx;  // must be first
   std::shared_ptr<engine::Engine> engine;
   device::Device* device = nullptr;  // the engine's
+  // The objects its cmd_fd names, shared with every context imported from
+  // it (ibv_import_device); cmd_file.h.
+  std::shared_ptr<CmdFile> file;
   int listener_id = 0;
   std::atomic<int> rwq_ind_tables{0};  // held against device::kMaxRwqIndTables
+};
+
+// How many objects use a PD. Every ibv_pd that names one PD (the one
+// ibv_alloc_pd gave and those ibv_import_pd gave) shares one count, as the
+// kernel counts the PD and not the program's structs; each also counts the
+// objects that point at it (`local`), which its unimport must not leave
+// dangling.
+class UseCount {
+ public:
+  UseCount& operator++() {
+    ++*n_;
+    ++local_;
+    return *this;
+  }
+  UseCount& operator--() {
+    --*n_;
+    --local_;
+    return *this;
+  }
+  int load() const { return n_->load(); }
+  int local() const { return local_.load(); }
+  void ShareWith(const UseCount& other) { n_ = other.n_; }
+  bool Shares(const UseCount& other) const { return n_ == other.n_; }
+
+ private:
+  std::shared_ptr<std::atomic<int>> n_ = std::make_shared<std::atomic<int>>(0);
+  std::atomic<int> local_{0};
+};
+
+// ibv_alloc_td: a promise that one thread at a time uses what is created on
+// its parent domains.
+struct Td {
+  ibv_td ibv;  // must be first
+  std::atomic<int> users{0};  // parent domains on it
 };
 
 struct Pd {
   ibv_pd ibv;  // must be first
   uint32_t handle = 0;
-  std::atomic<int> users{0};  // MRs, QPs and AHs created on it
+  UseCount users;  // MRs, MWs, QPs, SRQs, WQs, AHs, parent domains, CQs (parent domains)
+  bool imported = false;  // by ibv_import_pd: ibv_unimport_pd releases it
+  // Set iff this is a parent domain (ibv_alloc_parent_domain): it protects
+  // with `protection`'s handle, and the buffers of CQs created on it come
+  // from `alloc`/`free` when the program gave them (domain.cc).
+  Pd* protection = nullptr;
+  Td* td = nullptr;
+  void* (*alloc)(ibv_pd*, void*, size_t, size_t, uint64_t) = nullptr;
+  void (*free)(ibv_pd*, void*, void*, uint64_t) = nullptr;
+  void* pd_context = nullptr;
 };
 
 struct Dm;
@@ -41,6 +90,12 @@ struct Mr {
   ibv_mr ibv;  // must be first
   std::shared_ptr<const objects::Mr> mr;
   Dm* dm = nullptr;  // the device memory it registers (ibv_reg_dm_mr), if any
+  bool imported = false;  // by ibv_import_mr: ibv_unimport_mr releases it
+  // The PD view whose count the region holds (the one it was registered or
+  // reregistered on), shared by the region's views: an imported view's own
+  // `ibv.pd` is the importer's PD, which never counted it. NULL for a
+  // region on device memory (never imported): its ibv.pd counted it.
+  std::shared_ptr<Pd*> counted_pd;
 };
 
 // ibv_alloc_dm's buffer (dm.cc).
@@ -59,6 +114,10 @@ struct Mw {
 
 struct Cq {
   ibv_cq_ex ibv;  // must be first; ibv_cq_ex starts with ibv_cq's fields
+  // Created on a parent domain (IBV_CQ_INIT_ATTR_MASK_PD): its ring comes
+  // from `memory`, which must outlive `cq` (declared first, destroyed last).
+  Pd* parent_domain = nullptr;
+  std::unique_ptr<std::pmr::memory_resource> memory;
   std::unique_ptr<objects::Cq> cq;
   uint64_t wc_flags = 0;
   std::atomic<int> users{0};  // QPs completing into it
@@ -132,6 +191,7 @@ inline Context* ToContext(ibv_context* c) {
   return reinterpret_cast<Context*>(reinterpret_cast<char*>(c) - offsetof(verbs_context, context));
 }
 inline Pd* ToPd(ibv_pd* p) { return reinterpret_cast<Pd*>(p); }
+inline Td* ToTd(ibv_td* t) { return reinterpret_cast<Td*>(t); }
 inline Mr* ToMr(ibv_mr* m) { return reinterpret_cast<Mr*>(m); }
 inline Mw* ToMw(ibv_mw* m) { return reinterpret_cast<Mw*>(m); }
 inline Dm* ToDm(ibv_dm* d) { return reinterpret_cast<Dm*>(d); }

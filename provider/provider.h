@@ -39,7 +39,9 @@ void SetEventHooks(const EventHooks& hooks);
 // Opens configured device `index`: a zeroed object whose first member is the
 // verbs_context the library initialises; then InstallOps overwrites the op
 // slots the provider implements; then StartContext begins event delivery.
-Result<verbs_context*> AllocContext(int index);
+// `imported_from`: the context ibv_import_device found behind a cmd_fd; the
+// new context shares its device instance and its objects (cmd_file.h).
+Result<verbs_context*> AllocContext(int index, ibv_context* imported_from = nullptr);
 void InstallOps(verbs_context* vctx);
 void StartContext(verbs_context* vctx);
 void FreeContext(verbs_context* vctx);
@@ -78,7 +80,18 @@ int QueryGidTableLength(ibv_context* context, uint32_t port);
 int QueryPkey(ibv_context* context, uint8_t port, int index, uint16_t* pkey_be);
 
 Result<ibv_pd*> AllocPd(ibv_context* context);
+// A parent domain's allocator is asked for a CQ's ring (the CQEs the device
+// writes and the program polls) with this resource_type; rdmaemu.h
+// publishes it as RDMAEMU_RES_TYPE_CQ.
+inline constexpr uint64_t kCqRingResourceType = (uint64_t{0x656d75} << 32) + 1;  // "emu", 1
 int DeallocPd(ibv_pd* pd);
+// ibv_import_pd / ibv_import_mr (import.cc): a new view of the PD or MR
+// whose handle `context`'s file holds; ENOENT for a handle it does not hold,
+// as the kernel. Unimport releases a view and leaves the object.
+Result<ibv_pd*> ImportPd(ibv_context* context, uint32_t pd_handle);
+Result<ibv_mr*> ImportMr(ibv_pd* pd, uint32_t mr_handle);
+void UnimportPd(ibv_pd* pd);
+void UnimportMr(ibv_mr* mr);
 Result<ibv_mr*> RegMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
 int ReregMr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access);
 int DeregMr(ibv_mr* mr);

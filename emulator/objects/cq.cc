@@ -2,12 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <new>
+
 #include "emulator/device/clock.h"
 
 namespace rdmaemu::objects {
 
-Cq::Cq(uint32_t capacity, Notifier notifier, uint64_t handle, uint32_t stamps)
-    : ring_(capacity), notifier_(std::move(notifier)), handle_(handle), stamps_(stamps) {}
+Cq::Cq(uint32_t capacity, Notifier notifier, uint64_t handle, uint32_t stamps,
+       std::pmr::memory_resource* memory)
+    : ring_(capacity, memory), notifier_(std::move(notifier)), handle_(handle), stamps_(stamps) {}
 
 bool Cq::TakeOverrunNotice() {
   std::lock_guard lock(mu_);
@@ -89,7 +92,12 @@ Status Cq::Resize(uint32_t new_capacity) {
     return InvalidArgument(fmt::format("cannot resize to {} CQEs: {} completions are still queued",
                                        new_capacity, queued));
   }
-  std::vector<Cqe> fresh(new_capacity);
+  std::pmr::vector<Cqe> fresh(ring_.get_allocator());
+  try {
+    fresh.resize(new_capacity);
+  } catch (const std::bad_alloc&) {
+    return NoMemory(fmt::format("no memory for a ring of {} CQEs", new_capacity));
+  }
   for (uint64_t i = 0; i < queued; ++i) fresh[i] = ring_[(head_ + i) % ring_.size()];
   ring_ = std::move(fresh);
   head_ = 0;

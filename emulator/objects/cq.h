@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory_resource>
 #include <mutex>
 #include <vector>
 
@@ -66,7 +67,10 @@ class Cq {
   // `capacity` CQEs fit; the caller validated the range.
   // `handle` names the CQ in its CQ_ERR event (the provider's ibv_cq*);
   // `stamps` (Stamp bits) the clocks each pushed CQE is stamped with.
-  Cq(uint32_t capacity, Notifier notifier, uint64_t handle = 0, uint32_t stamps = 0);
+  // The ring, and the one a resize makes, comes from `memory` (a parent
+  // domain's allocator); it throws std::bad_alloc when that fails.
+  Cq(uint32_t capacity, Notifier notifier, uint64_t handle = 0, uint32_t stamps = 0,
+     std::pmr::memory_resource* memory = std::pmr::get_default_resource());
 
   uint64_t handle() const { return handle_; }
 
@@ -86,7 +90,8 @@ class Cq {
 
   // One-shot: the next completion (or the next solicited one) notifies.
   void Arm(bool solicited_only);
-  // Fails with EINVAL when the CQEs already queued would not fit.
+  // Fails with EINVAL when the CQEs already queued would not fit, ENOMEM
+  // when the memory resource has no new ring.
   Status Resize(uint32_t new_capacity);
   // Takes every unpolled CQE of QP (or WQ) `qp_num` out of the ring, the
   // others keeping their order; returns how many. For a QP moved to RESET,
@@ -105,7 +110,7 @@ class Cq {
   enum class ArmState { kDisarmed, kNextCompletion, kSolicited };
 
   mutable std::mutex mu_;
-  std::vector<Cqe> ring_;  // guarded by mu_
+  std::pmr::vector<Cqe> ring_;  // guarded by mu_
   uint64_t head_ = 0;      // guarded by mu_; next to poll
   uint64_t tail_ = 0;      // guarded by mu_; next to fill
   ArmState arm_ = ArmState::kDisarmed;  // guarded by mu_

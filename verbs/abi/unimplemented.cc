@@ -52,24 +52,13 @@ struct ibv_mr* ibv_reg_dmabuf_mr(struct ibv_pd* pd, uint64_t offset, size_t leng
   FAIL_PTR("ibv_reg_dmabuf_mr");
 }
 
-// ---- Import / unimport (IBVERBS_1.10, 1.13) ---------------------------------
-struct ibv_context* ibv_import_device(int cmd_fd) { FAIL_PTR("ibv_import_device"); }
-
-struct ibv_pd* ibv_import_pd(struct ibv_context* context, uint32_t pd_handle) {
-  FAIL_PTR("ibv_import_pd");
-}
-
-struct ibv_mr* ibv_import_mr(struct ibv_pd* pd, uint32_t mr_handle) { FAIL_PTR("ibv_import_mr"); }
-
+// ---- Import / unimport of device memory (IBVERBS_1.13) ---------------------
+// (Devices, PDs and MRs are imported by verbs/core/import.cc.)
 struct ibv_dm* ibv_import_dm(struct ibv_context* context, uint32_t dm_handle) {
   FAIL_PTR("ibv_import_dm");
 }
 
 // Nothing can have been imported, so there is nothing to release.
-void ibv_unimport_pd(struct ibv_pd* pd) { NOT_IMPLEMENTED("ibv_unimport_pd"); }
-
-void ibv_unimport_mr(struct ibv_mr* mr) { NOT_IMPLEMENTED("ibv_unimport_mr"); }
-
 void ibv_unimport_dm(struct ibv_dm* dm) { NOT_IMPLEMENTED("ibv_unimport_dm"); }
 
 }  // extern "C"

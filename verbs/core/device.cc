@@ -144,12 +144,18 @@ __be64 ibv_get_device_guid(ibv_device* device) { return htobe64(ToDevice(device)
 
 int ibv_get_device_index(ibv_device* device) { return ToDevice(device)->index; }
 
-ibv_context* ibv_open_device(ibv_device* device) {
+ibv_context* ibv_open_device(ibv_device* device) { return OpenContext(device, -1, nullptr); }
+
+}  // extern "C"
+
+namespace rdmaemu::verbs {
+
+ibv_context* OpenContext(ibv_device* device, int cmd_fd, ibv_context* imported_from) {
   static std::once_flag hooks_once;
   std::call_once(hooks_once, [] { provider::SetEventHooks({DeliverCompletion, DeliverAsync}); });
 
   Device* dev = ToDevice(device);
-  auto allocated = provider::AllocContext(dev->index);
+  auto allocated = provider::AllocContext(dev->index, imported_from);
   if (!allocated.ok()) {
     Log().error("cannot open {}: {}", device->name, allocated.status().message());
     errno = allocated.status().code();
@@ -168,8 +174,9 @@ ibv_context* ibv_open_device(ibv_device* device) {
   // ibv_import_device, poll it, pass it on). Ours is an empty memory file
   // named after the device (/proc/PID/fd shows "memfd:rdmaemu-emu0"): a
   // real descriptor that goes with the context; nothing is read from it.
+  // An imported context keeps the one it was given.
   const std::string cmd_name = std::string("rdmaemu-") + device->name;
-  const int cmd_fd = ::memfd_create(cmd_name.c_str(), MFD_CLOEXEC);
+  if (cmd_fd < 0) cmd_fd = ::memfd_create(cmd_name.c_str(), MFD_CLOEXEC);
   if (cmd_fd < 0) {
     const int err = errno;
     Log().error("cannot open {}: no descriptor for its cmd_fd: {}", device->name, std::strerror(err));
@@ -198,9 +205,15 @@ ibv_context* ibv_open_device(ibv_device* device) {
   vctx->create_qp_ex = LibCreateQpEx;
   InstallWqSlots(vctx);
   provider::StartContext(vctx);
-  Log().debug("opened {} (async fd {})", device->name, ctx.async_fd);
+  RegisterCmdFd(&ctx);
+  Log().debug("{} {} (async fd {})", imported_from != nullptr ? "imported" : "opened", device->name,
+              ctx.async_fd);
   return &ctx;
 }
+
+}  // namespace rdmaemu::verbs
+
+extern "C" {
 
 int ibv_close_device(ibv_context* context) {
   if (!provider::LiveHandle(context, provider::Kind::kContext, "ibv_close_device")) {
@@ -209,6 +222,7 @@ int ibv_close_device(ibv_context* context) {
   verbs_context* vctx = ToVerbsContext(context);
   verbs_ex_private* priv = vctx->priv;
   const int cmd_fd = context->cmd_fd;
+  ForgetCmdFd(context);
   if (check::On()) check::ContextMemoryReleased(context);
   pthread_mutex_destroy(&context->mutex);
   provider::FreeContext(vctx);

@@ -65,11 +65,6 @@ ibv_flow_action* CreateFlowActionEsp(ibv_context*, ibv_flow_action_esp_attr*) {
   FAIL_PTR("ibv_create_flow_action_esp");
 }
 int ModifyQpRateLimit(ibv_qp*, ibv_qp_rate_limit_attr*) { FAIL_INT("ibv_modify_qp_rate_limit"); }
-ibv_pd* AllocParentDomain(ibv_context*, ibv_parent_domain_init_attr*) {
-  FAIL_PTR("ibv_alloc_parent_domain");
-}
-int DeallocTd(ibv_td*) { FAIL_INT("ibv_dealloc_td"); }
-ibv_td* AllocTd(ibv_context*, ibv_td_init_attr*) { FAIL_PTR("ibv_alloc_td"); }
 int ModifyCq(ibv_cq*, ibv_modify_cq_attr*) { FAIL_INT("ibv_modify_cq"); }
 int PostSrqOps(ibv_srq*, ibv_ops_wr* op, ibv_ops_wr** bad) {
   *bad = op;
@@ -122,9 +117,7 @@ void InstallDummyOps(verbs_context* vctx) {
   vctx->destroy_flow_action = DestroyFlowAction;
   vctx->create_flow_action_esp = CreateFlowActionEsp;
   vctx->modify_qp_rate_limit = ModifyQpRateLimit;
-  vctx->alloc_parent_domain = AllocParentDomain;
-  vctx->dealloc_td = DeallocTd;
-  vctx->alloc_td = AllocTd;
+  // alloc_td, dealloc_td and alloc_parent_domain are the provider's (domain.cc).
   vctx->modify_cq = ModifyCq;
   vctx->post_srq_ops = PostSrqOps;
   vctx->query_rt_values = QueryRtValues;

@@ -21,6 +21,8 @@ constexpr size_t kCounterCount = 0 RDMAEMU_COUNTERS(RDMAEMU_ONE);
 static_assert(sizeof(rdmaemu_counters) == offsetof(rdmaemu_counters, packets_sent) + 8 * kCounterCount,
               "struct rdmaemu_counters and RDMAEMU_COUNTERS disagree");
 
+static_assert(RDMAEMU_RES_TYPE_CQ == rdmaemu::provider::kCqRingResourceType);
+
 constexpr size_t kCounterHeader = offsetof(rdmaemu_counters, packets_sent);
 
 // Copies what fits in the caller's `size` (see rdmaemu.h) and says so.

@@ -33,6 +33,14 @@ inline verbs_ex_private* Private(ibv_context* c) { return ToVerbsContext(c)->pri
 enum class EventElement { kCq, kQp, kSrq, kWq, kPort };
 EventElement ElementOf(ibv_event_type type);
 
+// Opens a context on `device` (ibv_open_device, cmd_fd -1: it makes its
+// own); with `imported_from`, one sharing that context's device instance
+// and objects, owning `cmd_fd` (ibv_import_device). NULL with errno set.
+ibv_context* OpenContext(ibv_device* device, int cmd_fd, ibv_context* imported_from);
+// Which open context a cmd_fd names, for ibv_import_device (import.cc).
+void RegisterCmdFd(ibv_context* context);
+void ForgetCmdFd(ibv_context* context);
+
 // Fills every op slot with a clean EOPNOTSUPP failure (dummy_ops.cc).
 void InstallDummyOps(verbs_context* vctx);
 

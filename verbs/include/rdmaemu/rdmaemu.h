@@ -179,6 +179,13 @@ int rdmaemu_device_fatal(struct ibv_context *context, const char *reason);
 int rdmaemu_query_port_address(struct ibv_context *context, uint8_t port_num,
 			       struct in_addr *address, int *fixed);
 
+/* The resource_type a parent domain's alloc and free callbacks are called
+ * with (ibv_alloc_parent_domain(3); the device-specific kinds, as mlx5dv.h's
+ * MLX5DV_RES_TYPE_*): the ring of completions of a CQ created on the parent
+ * domain (ibv_create_cq_ex with IBV_CQ_INIT_ATTR_MASK_PD), asked for at
+ * creation and at each ibv_resize_cq, given back at destroy and resize. */
+#define RDMAEMU_RES_TYPE_CQ ((((uint64_t)0x656d75) << 32) + 1)
+
 #ifdef __cplusplus
 }
 #endif
