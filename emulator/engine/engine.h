@@ -114,6 +114,12 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   void AddWq(std::shared_ptr<Wq> wq);
   void RemoveWq(uint32_t wqn);
   std::shared_ptr<Wq> FindWq(uint32_t wqn);
+  // XRC SRQs, by their number (ibv_get_srq_num, the XRCETH's): AddSrq
+  // publishes one; after RemoveSrq returns, the engine no longer touches it
+  // (its CQ may go).
+  void AddSrq(std::shared_ptr<Srq> srq);
+  void RemoveSrq(uint32_t srqn);
+  std::shared_ptr<Srq> FindSrq(uint32_t srqn);
 
   // net::LoopHandler
   void OnDatagrams(std::span<const net::Datagram> batch) override;
@@ -210,6 +216,13 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // goes to ERR (IBA 11.4.2.1), as Linux's soft-RoCE does. A receive lost
   // that way that came from an SRQ also puts the SRQ in error (SRQ_ERR).
   void PushCqe(Qp& qp, objects::Cq* cq, const objects::Cqe& cqe);
+  // Pushes a receive completion: on the QP's recv CQ, or for an XRC target
+  // on the CQ of the XRC SRQ it received into (XrcRecvCqe).
+  void PushRecvCqe(Qp& qp, const objects::Cqe& cqe);
+  void PushXrcRecvCqe(Qp& qp, const objects::Cqe& cqe);
+  // An XRC target's request (qp.mu held): names an XRC SRQ of the QP's
+  // domain in its XRCETH, which becomes qp.srq; false after a NAK.
+  bool ResolveXrcSrq(Qp& qp, const wire::PacketView& packet);
   // Pushes a WQ's receive completion (wq.mu held); an overrun of the WQ's
   // CQ raises CQ_ERR, moves the WQ to ERR, flushes it and raises WQ_FATAL.
   // The QP that received is not affected: the WQ is the queue that failed.
@@ -305,6 +318,7 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   uint32_t next_qpn_ = 0x11;                                // guarded by qps_mu_
 
   std::unordered_map<uint32_t, std::shared_ptr<Wq>> wqs_;  // guarded by qps_mu_
+  std::unordered_map<uint32_t, std::shared_ptr<Srq>> srqs_;  // guarded by qps_mu_: XRC SRQs
 
   // Multicast groups joined, by (port, group address in network order).
   struct Group {
