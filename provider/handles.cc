@@ -95,6 +95,7 @@ const char* KindName(Kind kind) {
     case Kind::kRwqIndTable: return "indirection table";
     case Kind::kMw: return "MW";
     case Kind::kDm: return "DM";
+    case Kind::kXrcd: return "XRCD";
   }
   return "object";
 }

@@ -72,6 +72,8 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   void StartPosted(uint32_t qpn);
   // After this returns the engine holds no reference to the QP.
   void RemoveQp(uint32_t qpn);
+  // The QP published under `qpn`, or nullptr (any thread; ibv_open_qp).
+  std::shared_ptr<Qp> FindQp(uint32_t qpn);
   // Any thread holding no engine lock: the QP has new send work (or was
   // modified). The calling thread does the work itself when no other thread
   // drives the engine (the doorbell is rung only when one does).
@@ -127,7 +129,6 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
 
  private:
   explicit Engine(std::shared_ptr<device::Device> device);
-  std::shared_ptr<Qp> FindQp(uint32_t qpn);
 
   // cm::Wire: queues a MAD for the loop thread, which sends it from QP1
   // (SendQueuedMads) like any UD packet: through fault rules and capture.
@@ -208,6 +209,11 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   objects::WcStatus CheckSges(uint32_t pd, uint32_t num, const std::vector<Sge>& sges, bool write);
   // The PD receive WQEs of `qp` are checked against: its SRQ's, if any.
   static uint32_t RecvPd(const Qp& qp) { return qp.srq ? qp.srq->pd : qp.pd; }
+  // The PD remote accesses to `qp` are checked against: an XRC target has
+  // none and uses its message's XRC SRQ's (IBA 11.2.11).
+  static uint32_t AccessPd(const Qp& qp) {
+    return qp.type == QpType::kXrcRecv && qp.srq ? qp.srq->pd : qp.pd;
+  }
   // Copies [offset, offset+len) of a WQE's payload into out.
   void GatherRange(const SendWqe& wqe, uint64_t offset, size_t len, std::vector<uint8_t>& out);
   // Writes data at `offset` into an SGE list (already checked).

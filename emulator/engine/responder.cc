@@ -141,7 +141,10 @@ std::string Engine::RemoteRefusal(const Qp& qp, const objects::Mr* mr, uint32_t 
                   : "it names no memory region (a wrong key, or deregistered)";
   }
   const char* what = window ? "the memory window" : "the memory region";
-  if (mr->pd != qp.pd) return fmt::format("{} belongs to another PD than the QP", what);
+  if (mr->pd != AccessPd(qp)) {
+    return fmt::format("{} belongs to another PD than the {}", what,
+                       qp.type == QpType::kXrcRecv ? "XRC SRQ the message names" : "QP");
+  }
   if (mr->bound_qpn != 0 && mr->bound_qpn != qp.qpn) {
     return fmt::format("the type 2 window was bound through qp#{}, and only that QP may use it",
                        mr->bound_qpn);
@@ -414,7 +417,7 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
       // key was revoked that still works.
       const uint32_t rkey = packet.ieth().rkey();
       Status s = objects::IsWindowKey(rkey)
-                     ? device_->mws().Invalidate(rkey, qp.pd, qp.qpn)
+                     ? device_->mws().Invalidate(rkey, AccessPd(qp), qp.qpn)
                      : InvalidArgument(device_->mrs().FindByRkey(rkey)
                                            ? "it names a memory region, and regions of ibv_reg_mr "
                                              "cannot be invalidated (only memory windows can)"

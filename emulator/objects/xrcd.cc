@@ -1,5 +1,7 @@
 #include "emulator/objects/xrcd.h"
 
+#include <cerrno>
+
 namespace rdmaemu::objects {
 
 Result<std::shared_ptr<const XrcDomain>> XrcdTable::Open(std::optional<FileKey> file, bool create,
@@ -15,8 +17,9 @@ Result<std::shared_ptr<const XrcDomain>> XrcdTable::Open(std::optional<FileKey> 
       return it->second.lock();
     }
     if (!create) {
-      return InvalidArgument("the file names no XRC domain of this device yet and O_CREAT is not "
-                             "set in oflags");
+      // The kernel's errno here (ib_uverbs_open_xrcd): "try again with O_CREAT".
+      return Status::Error(EAGAIN, "the file names no XRC domain of this device yet and O_CREAT "
+                                   "is not set in oflags");
     }
   }
   auto domain = std::make_shared<XrcDomain>();

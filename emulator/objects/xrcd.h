@@ -37,9 +37,9 @@ class XrcdTable {
     auto operator<=>(const FileKey&) const = default;
   };
   // The kernel's rules (ib_uverbs_open_xrcd): without a file, a new private
-  // domain; with one, its domain, created only with `create` (O_CREAT), and
-  // refused if it exists and `exclusive` (O_EXCL). EINVAL with a sentence
-  // when refused.
+  // domain; with one, its domain, created only with `create` (O_CREAT: else
+  // EAGAIN), and refused if it exists and `exclusive` (O_EXCL: EINVAL). The
+  // errors carry a sentence.
   Result<std::shared_ptr<const XrcDomain>> Open(std::optional<FileKey> file, bool create,
                                                 bool exclusive);
 

@@ -197,6 +197,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   vctx->create_cq_ex = LibCreateCqEx;
   vctx->create_qp_ex = LibCreateQpEx;
   InstallWqSlots(vctx);
+  InstallXrcSlots(vctx);
   provider::StartContext(vctx);
   Log().debug("opened {} (async fd {})", device->name, ctx.async_fd);
   return &ctx;
