@@ -177,6 +177,8 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
       IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
   a.odp_caps.per_transport_caps.ud_odp_caps =
       IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+  // XRC runs RC's requester and responder, and faults pages in the same way.
+  a.xrc_odp_caps = a.odp_caps.per_transport_caps.rc_odp_caps;
   a.max_dm_size = device::kMaxDmSize;  // device memory (provider/dm.cc)
   // Receive-side scaling on UD QPs through WQs (provider/wq.cc).
   a.max_wq_type_rq = device::kMaxWq;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Debian's unmodified ibv_xsrq_pingpong on the emulator, on both engines:
 # a server and one or two clients, each its own process (its own emulated
-# host), with and without completion events (-e), at several sizes. Each
+# host), with and without completion events (-e), at several sizes, and
+# over on-demand regions (-o). Each
 # process opens its XRC domain through /tmp/xrc_domain (O_CREAT), sends
 # over XRC_SEND QPs naming the peer's XRC SRQ, and receives through
 # XRC_RECV QPs into its own; the program prints "success" at the end.
@@ -57,6 +58,7 @@ for engine in uring epoll; do
     run "$engine" 1 -s "$size" -n 50
   done
   run "$engine" 1 -e -n 50
+  run "$engine" 1 -o -n 20  # on-demand paging (xrc_odp_caps)
   run "$engine" 2 -n 20
 done
 
