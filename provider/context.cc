@@ -138,7 +138,8 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
                        IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
                        IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE |
                        IBV_DEVICE_AUTO_PATH_MIG | IBV_DEVICE_MEM_WINDOW |
-                       IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+                       IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B |
+                       IBV_DEVICE_XRC;
   o.max_sge = device::kMaxSge;
   o.max_sge_rd = device::kMaxSgeRd;
   o.max_cq = device::kMaxCq;
@@ -178,6 +179,8 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
       IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
   a.odp_caps.per_transport_caps.ud_odp_caps =
       IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+  // XRC runs RC's requester and responder, and faults pages in the same way.
+  a.xrc_odp_caps = a.odp_caps.per_transport_caps.rc_odp_caps;
   a.max_dm_size = device::kMaxDmSize;  // device memory (provider/dm.cc)
   // Receive-side scaling on UD QPs through WQs (provider/wq.cc).
   a.max_wq_type_rq = device::kMaxWq;

@@ -96,6 +96,7 @@ const char* KindName(Kind kind) {
     case Kind::kMw: return "MW";
     case Kind::kDm: return "DM";
     case Kind::kTd: return "thread domain";
+    case Kind::kXrcd: return "XRCD";
   }
   return "object";
 }

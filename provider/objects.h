@@ -18,6 +18,7 @@
 #include "emulator/objects/cq.h"
 #include "emulator/objects/device_memory.h"
 #include "emulator/objects/mr.h"
+#include "emulator/objects/xrcd.h"
 #include "provider/provider.h"
 
 namespace rdmaemu::provider {
@@ -128,6 +129,14 @@ struct Cq {
   uint32_t number = 0;  // in the device's directory (the control plane's name)
 };
 
+// An XRC domain handle (ibv_open_xrcd): several handles, of one context or
+// of several, may name one domain (objects::XrcdTable).
+struct Xrcd {
+  ibv_xrcd ibv;  // must be first
+  std::shared_ptr<const objects::XrcDomain> domain;
+  std::atomic<int> users{0};  // XRC SRQs and target QPs created or opened through it
+};
+
 // The ibv_wr_* batch of a QP created with send_ops_flags (qp_ex.cc).
 struct WrBatch;
 struct RwqIndTable;
@@ -156,13 +165,25 @@ struct Qp {
   // Set iff created with an indirection table (a UD QP receiving through
   // the table's WQs); constant after creation.
   RwqIndTable* rss = nullptr;
+  // An XRC target (XRC_RECV) has one handle per ibv_create_qp_ex or
+  // ibv_open_qp, each destroyed on its own; the QP lives until the last
+  // goes. The creating handle owns modify_mu and attrs for all of them.
+  Qp* tgt_owner = nullptr;          // the creating handle; null if not a target
+  std::atomic<int> tgt_handles{0};  // on the owner: handles not yet destroyed
+  bool tgt_last = false;            // this handle's destroy was the last
+  Xrcd* xrcd = nullptr;             // the handle it was created or opened through
 };
 
 struct Srq {
   ibv_srq ibv;  // must be first
   std::shared_ptr<engine::Srq> srq;
   std::atomic<int> users{0};  // QPs receiving through it
-  uint32_t number = 0;  // in the device's directory (the control plane's name)
+  // In the device's directory (the control plane's name); also its SRQ
+  // number (ibv_get_srq_num), which an XRC sender puts in the XRCETH.
+  uint32_t number = 0;
+  // An XRC SRQ: the XRCD handle it was created through and its CQ.
+  Xrcd* xrcd = nullptr;
+  ibv_cq* cq = nullptr;
 };
 
 struct Wq {
@@ -201,6 +222,7 @@ inline Qp* ToQp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
 inline Ah* ToAh(ibv_ah* a) { return reinterpret_cast<Ah*>(a); }
 inline Srq* ToSrq(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
 inline Wq* ToWq(ibv_wq* w) { return reinterpret_cast<Wq*>(w); }
+inline Xrcd* ToXrcd(ibv_xrcd* x) { return reinterpret_cast<Xrcd*>(x); }
 inline RwqIndTable* ToRwqIndTable(ibv_rwq_ind_table* t) { return reinterpret_cast<RwqIndTable*>(t); }
 
 // The device's receive WQE for a receive WR (post_recv and post_srq_recv).

@@ -132,8 +132,11 @@ BatchSends OpenBatch(ibv_qp_ex* qp);
 int DetachQp(ibv_qp* qp);
 void FreeQp(ibv_qp* qp);
 
-// Shared receive queues (basic type only; XRC is not supported).
+// Shared receive queues, basic and XRC (an XRC SRQ completes on its own CQ
+// and is published under its number, which ibv_get_srq_num reports).
 Result<ibv_srq*> CreateSrq(ibv_pd* pd, ibv_srq_init_attr* attr);
+Result<ibv_srq*> CreateSrqEx(ibv_context* context, ibv_srq_init_attr_ex* attr);
+int GetSrqNum(ibv_srq* srq, uint32_t* srq_num);
 int ModifySrq(ibv_srq* srq, ibv_srq_attr* attr, int mask);
 int QuerySrq(ibv_srq* srq, ibv_srq_attr* attr);
 int DetachSrq(ibv_srq* srq);
@@ -152,6 +155,13 @@ void FreeWq(ibv_wq* wq);
 Result<ibv_rwq_ind_table*> CreateRwqIndTable(ibv_context* context,
                                             ibv_rwq_ind_table_init_attr* attr);
 int DestroyRwqIndTable(ibv_rwq_ind_table* table);
+
+// XRC domains (xrcd.cc). EBUSY while SRQs or target QPs made through the
+// handle exist.
+Result<ibv_xrcd*> OpenXrcd(ibv_context* context, const ibv_xrcd_init_attr& attr);
+int CloseXrcd(ibv_xrcd* xrcd);
+// Another handle to an XRC target QP of an XRC domain (qp.cc).
+Result<ibv_qp*> OpenQp(ibv_context* context, const ibv_qp_open_attr& attr);
 
 Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr);
 int DestroyAh(ibv_ah* ah);

@@ -26,6 +26,9 @@ using objects::QpAttributes;
 
 static_assert(static_cast<int>(objects::QpState::kErr) == IBV_QPS_ERR);
 static_assert(static_cast<int>(objects::QpType::kUd) == IBV_QPT_UD);
+static_assert(static_cast<int>(objects::QpType::kXrcSend) == IBV_QPT_XRC_SEND);
+static_assert(static_cast<int>(objects::QpType::kXrcRecv) == IBV_QPT_XRC_RECV);
+static_assert(static_cast<int>(engine::QpType::kXrcRecv) == IBV_QPT_XRC_RECV);
 static_assert(objects::kQpDestQpn == uint32_t{IBV_QP_DEST_QPN});
 static_assert(objects::kQpRateLimit == uint32_t{IBV_QP_RATE_LIMIT});
 
@@ -103,7 +106,8 @@ bool Ipv4FromGid(const uint8_t* gid, uint32_t* ip) {
 
 engine::QpState ToEngineState(objects::QpState s) { return static_cast<engine::QpState>(s); }
 
-// Which send opcodes each transport carries (IBA 9.2, and what rxe accepts).
+// Which send opcodes each transport carries (IBA 9.2, and what rxe accepts);
+// an XRC initiator carries RC's.
 bool OpcodeAllowed(engine::QpType type, ibv_wr_opcode op) {
   switch (op) {
     case IBV_WR_SEND:
@@ -115,12 +119,14 @@ bool OpcodeAllowed(engine::QpType type, ibv_wr_opcode op) {
     case IBV_WR_BIND_MW:
     case IBV_WR_LOCAL_INV:
       // Binding and invalidating windows are RC and UC work (as rxe).
-      return type != engine::QpType::kUd;
+      return type == engine::QpType::kRc || type == engine::QpType::kUc;
     case IBV_WR_SEND_WITH_INV:
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return type == engine::QpType::kRc || type == engine::QpType::kXrcSend;
     case IBV_WR_ATOMIC_WRITE:
+      // The Memory Placement Extensions are RC's only (as rxe).
       return type == engine::QpType::kRc;
     default:
       return op == kWrFlush && type == engine::QpType::kRc;
@@ -183,6 +189,9 @@ Result<engine::SendWqe> BuildSendWqe(Qp& qp, const ibv_send_wr& wr, bool bind_ve
     RDMAEMU_WARN_LIMITED("ibv_post_send qp#{} wr_id {}: {}", eqp.qpn, wr.wr_id, why);
     return InvalidArgument(std::move(why));
   };
+  if (eqp.type == engine::QpType::kXrcRecv) {
+    return fail("an XRC_RECV QP has no send queue: send through an XRC_SEND QP");
+  }
   if (!OpcodeAllowed(eqp.type, wr.opcode)) {
     return fail(fmt::format("opcode {} is not valid on a {} QP", static_cast<int>(wr.opcode),
                             objects::ToString(qp.type)));
@@ -278,6 +287,14 @@ Result<engine::SendWqe> BuildSendWqe(Qp& qp, const ibv_send_wr& wr, bool bind_ve
     const ibv_ah_attr& ah = ToAh(wr.wr.ud.ah)->attr;
     if (ah.is_global) w.ud.traffic_class = ah.grh.traffic_class;
   }
+  if (eqp.type == engine::QpType::kXrcSend) {
+    const uint32_t srqn = wr.qp_type.xrc.remote_srqn;
+    if (srqn > objects::kMax24Bit) {
+      return fail(fmt::format("qp_type.xrc.remote_srqn {:#x} does not fit the XRCETH's 24 bits",
+                              srqn));
+    }
+    w.xrc_remote_srqn = srqn;
+  }
   return w;
 }
 
@@ -363,6 +380,15 @@ int PostRecv(ibv_qp* ibv, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   bool flush = false;
   for (; wr != nullptr; wr = wr->next) {
     std::lock_guard lock(eqp.mu);
+    if (engine::IsXrc(eqp.type)) {
+      RDMAEMU_WARN_LIMITED("ibv_post_recv: qp#{} is an {} QP, which has no receive queue{}",
+                           eqp.qpn, engine::QpTypeName(eqp.type),
+                           eqp.type == engine::QpType::kXrcRecv
+                               ? ": its messages land in the XRC SRQs they name (ibv_post_srq_recv)"
+                               : "");
+      rc = EINVAL;
+      break;
+    }
     if (eqp.rss) {
       RDMAEMU_WARN_LIMITED("ibv_post_recv: qp#{} receives through its indirection table's WQs; "
                            "use ibv_post_wq_recv on them", eqp.qpn);
@@ -400,6 +426,13 @@ int PostRecv(ibv_qp* ibv, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   if (rc != 0) *bad_wr = wr;
   if (flush) engine::FlushQp(eqp);
   return rc;
+}
+
+// Serialises counting an XRC target's handles (ibv_open_qp against the last
+// destroy).
+std::mutex& TargetsMutex() {
+  static auto& mu = *new std::mutex;
+  return mu;
 }
 
 // The engine moves a QP to ERR by itself (retries exhausted, a fatal NAK);
@@ -471,6 +504,35 @@ Status CheckRss(ibv_context* context, const ibv_qp_init_attr_ex& attr) {
   return Status::Ok();
 }
 
+// An XRC QP, before the common checks: what the kernel ignores for its type
+// is cleared (an initiator has no receive side; a target no queues, CQs or
+// PD of its own), and a target's XRCD must be a live one. The target's XRCD
+// (NULL for an initiator).
+Result<Xrcd*> PrepareXrc(ibv_context* context, ibv_qp_init_attr_ex& attr) {
+  attr.recv_cq = nullptr;
+  attr.srq = nullptr;
+  attr.cap.max_recv_wr = attr.cap.max_recv_sge = 0;
+  if (attr.qp_type == IBV_QPT_XRC_SEND) return static_cast<Xrcd*>(nullptr);
+  if (!(attr.comp_mask & IBV_QP_INIT_ATTR_XRCD) || attr.xrcd == nullptr) {
+    Log().warn("ibv_create_qp_ex: an XRC_RECV QP belongs to an XRC domain: set "
+               "IBV_QP_INIT_ATTR_XRCD and xrcd (ibv_open_xrcd)");
+    return InvalidArgument("no XRCD");
+  }
+  if (!HandleOf(attr.xrcd, Kind::kXrcd, context, "ibv_create_qp_ex", "xrcd")) {
+    return InvalidArgument("not an XRCD of this context");
+  }
+  if (attr.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+    Log().warn("ibv_create_qp_ex: an XRC_RECV QP sends nothing: IBV_QP_INIT_ATTR_SEND_OPS_FLAGS "
+               "does not apply");
+    return InvalidArgument("send_ops_flags on XRC_RECV");
+  }
+  attr.send_cq = nullptr;
+  attr.pd = nullptr;
+  attr.comp_mask &= ~IBV_QP_INIT_ATTR_PD;
+  attr.cap = {};
+  return ToXrcd(attr.xrcd);
+}
+
 // The CQs and SRQ a new QP names must be live objects of its context (the
 // kernel finds them by handle in the context's own table).
 Status CheckQueues(ibv_context* context, const ibv_qp_init_attr_ex& attr, bool rss) {
@@ -510,24 +572,38 @@ void InstallQpOps(verbs_context* vctx) {
   vctx->context.ops.post_recv = PostRecv;
 }
 
-Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* given) {
   if (Status dead = DeadDevice(context, "ibv_create_qp"); !dead.ok()) return dead;
   Context* ctx = ToContext(context);
-  if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || attr->pd == nullptr) {
+  // A copy: an XRC QP's unused fields are cleared here, not in the caller's.
+  ibv_qp_init_attr_ex copy = *given;
+  ibv_qp_init_attr_ex* attr = &copy;
+  const bool xrc = attr->qp_type == IBV_QPT_XRC_SEND || attr->qp_type == IBV_QPT_XRC_RECV;
+  const bool target = attr->qp_type == IBV_QPT_XRC_RECV;
+  Xrcd* xrcd = nullptr;
+  if (xrc) {
+    auto x = PrepareXrc(context, *attr);
+    if (!x.ok()) return x.status();
+    xrcd = *x;
+  }
+  if (target) {
+    // A target has no PD of its own: memory is checked against the PD of
+    // the XRC SRQ each message lands in.
+  } else if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || attr->pd == nullptr) {
     Log().warn("ibv_create_qp: a QP needs a protection domain");
     return InvalidArgument("no PD");
   }
-  if (!HandleOf(attr->pd, Kind::kPd, context, "ibv_create_qp", "pd")) {
+  if (!target && !HandleOf(attr->pd, Kind::kPd, context, "ibv_create_qp", "pd")) {
     return InvalidArgument("not a PD of this context");
   }
   // IBV_QP_INIT_ATTR_CREATE_FLAGS only says the field is set: the flags in
   // it are what asks for a feature (the kernel judges them, not the bit).
   constexpr uint32_t kCompMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
                                  IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH |
-                                 IBV_QP_INIT_ATTR_CREATE_FLAGS;
+                                 IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_XRCD;
   if (attr->comp_mask & ~kCompMask) {
     Log().warn("ibv_create_qp_ex: comp_mask {:#x} asks for features the device does not support "
-               "(XRC, TSO …)", attr->comp_mask & ~kCompMask);
+               "(TSO, max_user_rd_atomic …)", attr->comp_mask & ~kCompMask);
     return NotSupported("comp_mask");
   }
   if (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) {
@@ -538,8 +614,10 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     if (Status s = CheckRss(context, *attr); !s.ok()) return s;
   }
   const bool qp_ex = attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD) {
-    Log().warn("ibv_create_qp: QP type {} is not supported (RC, UC and UD are)", static_cast<int>(attr->qp_type));
+  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD &&
+      !xrc) {
+    Log().warn("ibv_create_qp: QP type {} is not supported (RC, UC, UD, XRC_SEND and XRC_RECV are)",
+               static_cast<int>(attr->qp_type));
     return NotSupported("qp_type");
   }
   if (qp_ex) {
@@ -547,12 +625,17 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   }
   ObjectSlot slot(*ctx->device, ObjectSlot::Limited::kQp, "ibv_create_qp");
   if (!slot.ok()) return NoMemory("max_qp");
-  if (attr->send_cq == nullptr || (!rss && attr->recv_cq == nullptr)) {
+  // Which CQs the QP completes on: a target has none, an initiator no recv_cq.
+  const bool has_send_cq = !target;
+  const bool has_recv_cq = !rss && !xrc;
+  if ((has_send_cq && attr->send_cq == nullptr) || (has_recv_cq && attr->recv_cq == nullptr)) {
     Log().warn("ibv_create_qp: send_cq and recv_cq are required (recv_cq is not used by a QP "
-               "with an indirection table: its WQs have their own CQs)");
+               "with an indirection table, whose WQs have their own CQs, nor by an XRC_SEND QP)");
     return InvalidArgument("no CQ");
   }
-  if (Status s = CheckQueues(context, *attr, rss); !s.ok()) return s;
+  if (!target) {
+    if (Status s = CheckQueues(context, *attr, !has_recv_cq); !s.ok()) return s;
+  }
   const ibv_qp_cap& cap = attr->cap;
   if (cap.max_send_wr > device::kMaxQpWr || cap.max_recv_wr > device::kMaxQpWr ||
       cap.max_send_sge > device::kMaxSge || cap.max_recv_sge > device::kMaxSge ||
@@ -568,9 +651,16 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   auto* qp = new Qp{};
   ibv_qp& q = qp->ibv.qp_base;
   qp->qp = std::make_shared<engine::Qp>(
-      *qpn, static_cast<engine::QpType>(attr->qp_type), ToPd(attr->pd)->handle,
-      ToCq(attr->send_cq)->cq.get(), rss ? nullptr : ToCq(attr->recv_cq)->cq.get(), caps,
-      reinterpret_cast<uint64_t>(&q));
+      *qpn, static_cast<engine::QpType>(attr->qp_type), target ? 0 : ToPd(attr->pd)->handle,
+      has_send_cq ? ToCq(attr->send_cq)->cq.get() : nullptr,
+      has_recv_cq ? ToCq(attr->recv_cq)->cq.get() : nullptr, caps, reinterpret_cast<uint64_t>(&q));
+  if (target) {
+    qp->qp->xrcd = xrcd->domain->number;
+    qp->tgt_owner = qp;
+    qp->tgt_handles = 1;
+    qp->xrcd = xrcd;
+    ++xrcd->users;
+  }
   if (rss) {
     qp->rss = ToRwqIndTable(attr->rwq_ind_tbl);
     ++qp->rss->users;
@@ -601,9 +691,10 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);
   q.events_completed = 0;
-  ++ToPd(attr->pd)->users;
-  ++ToCq(attr->send_cq)->users;
-  if (!rss) ++ToCq(attr->recv_cq)->users;
+  if (!target) ++ToPd(attr->pd)->users;
+  if (has_send_cq) ++ToCq(attr->send_cq)->users;
+  if (has_recv_cq) ++ToCq(attr->recv_cq)->users;
+  given->cap = attr->cap;
   ctx->engine->AddQp(qp->qp);
   // `rdmaemu list` shows it by QPN with its type and current state.
   engine::Qp* eqp = qp->qp.get();
@@ -623,9 +714,17 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   return &q;
 }
 
+namespace {
+
+// The handle that holds a QP's attributes: an XRC target's creator, else
+// the QP's own.
+Qp* Control(Qp* qp) { return qp->tgt_owner != nullptr ? qp->tgt_owner : qp; }
+
+}  // namespace
+
 int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
   if (Status dead = DeadDevice(ibv->context, "ibv_modify_qp"); !dead.ok()) return dead.code();
-  Qp* qp = ToQp(ibv);
+  Qp* qp = Control(ToQp(ibv));
   Context* ctx = ToContext(ibv->context);
   const device::Device& dev = *ctx->device;
   QpAttributes requested = ToAttributes(*attr);
@@ -747,7 +846,7 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
       // Its completions not yet polled go too (under eqp.mu, so the engine
       // adds none meanwhile): libmlx5 and libmlx4 clean the CQs at RESET,
       // and code that restates a QP from ERR expects to poll only new ones.
-      size_t cleaned = eqp.send_cq->RemoveQp(eqp.qpn);
+      size_t cleaned = eqp.send_cq != nullptr ? eqp.send_cq->RemoveQp(eqp.qpn) : 0;
       if (eqp.recv_cq != nullptr && eqp.recv_cq != eqp.send_cq) {
         cleaned += eqp.recv_cq->RemoveQp(eqp.qpn);
       }
@@ -757,7 +856,7 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
       }
     }
   }
-  ibv->state = static_cast<ibv_qp_state>(qp->attrs.state);
+  ibv->state = qp->ibv.qp_base.state = static_cast<ibv_qp_state>(qp->attrs.state);
   if (before != qp->attrs.state) {
     Log().debug("{} qp#{} {}→{} (ibv_modify_qp)", dev.name(), ibv->qp_num, objects::ToString(before),
                 objects::ToString(qp->attrs.state));
@@ -769,7 +868,8 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
   }
   if (qp->attrs.state == objects::QpState::kErr && before != objects::QpState::kErr) {
     engine::FlushQp(eqp);
-    if (eqp.srq) {
+    // An XRC target is attached to no SRQ (it only receives into them).
+    if (eqp.srq && eqp.type != engine::QpType::kXrcRecv) {
       ctx->device->Raise({device::AsyncEventType::kQpLastWqeReached, eqp.handle, 0});
     }
   }
@@ -778,7 +878,7 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
 
 int QueryQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init_attr) {
   if (Status dead = DeadDevice(ibv->context, "ibv_query_qp"); !dead.ok()) return dead.code();
-  Qp* qp = ToQp(ibv);
+  Qp* qp = Control(ToQp(ibv));
   std::lock_guard modify(qp->modify_mu);
   SyncEngineState(*qp);
   const QpAttributes& a = qp->attrs;
@@ -823,6 +923,16 @@ int QueryQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init_att
 }
 
 int DetachQp(ibv_qp* ibv) {
+  Qp* qp = ToQp(ibv);
+  if (qp->tgt_owner != nullptr) {
+    // An XRC target lives on while another handle to it does.
+    std::lock_guard lock(TargetsMutex());
+    qp->tgt_last = --qp->tgt_owner->tgt_handles == 0;
+    if (!qp->tgt_last) {
+      RetireHandle(ibv);
+      return 0;
+    }
+  }
   // No control-plane event names it after this (see DetachCq).
   ToContext(ibv->context)->device->directory().Remove(objects::ObjectKind::kQp, ibv->qp_num);
   ToContext(ibv->context)->engine->StartPosted(ibv->qp_num);
@@ -833,18 +943,87 @@ int DetachQp(ibv_qp* ibv) {
 
 void FreeQp(ibv_qp* ibv) {
   RemoveHandle(ibv);
+  Qp* qp = ToQp(ibv);
+  if (qp->tgt_owner != nullptr) {
+    // One handle of an XRC target: the owner's memory holds the attributes
+    // of them all and goes with the last handle.
+    Qp* owner = qp->tgt_owner;
+    --qp->xrcd->users;
+    const bool last = qp->tgt_last;
+    if (last) {
+      ToContext(owner->ibv.qp_base.context)->device->ReturnObject(device::Device::Limited::kQp);
+    }
+    pthread_mutex_destroy(&ibv->mutex);
+    pthread_cond_destroy(&ibv->cond);
+    if (qp != owner) check::Dispose(qp);
+    if (last) check::Dispose(owner);
+    return;
+  }
   ToContext(ibv->context)->device->ReturnObject(device::Device::Limited::kQp);
   --ToPd(ibv->pd)->users;
   if (ibv->srq != nullptr) --ToSrq(ibv->srq)->users;
-  --ToCq(ibv->send_cq)->users;
+  if (ibv->send_cq != nullptr) --ToCq(ibv->send_cq)->users;
   if (ToQp(ibv)->rss != nullptr) {
     --ToQp(ibv)->rss->users;
-  } else {
+  } else if (ibv->recv_cq != nullptr) {
     --ToCq(ibv->recv_cq)->users;
   }
   pthread_mutex_destroy(&ibv->mutex);
   pthread_cond_destroy(&ibv->cond);
   check::Dispose(ToQp(ibv));
+}
+
+Result<ibv_qp*> OpenQp(ibv_context* context, const ibv_qp_open_attr& attr) {
+  if (Status dead = DeadDevice(context, "ibv_open_qp"); !dead.ok()) return dead;
+  constexpr uint32_t kNeeded = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+  constexpr uint32_t kKnown = kNeeded | IBV_QP_OPEN_ATTR_CONTEXT;
+  if (attr.comp_mask & ~kKnown) {
+    Log().warn("ibv_open_qp: comp_mask {:#x} has unknown bits", attr.comp_mask & ~kKnown);
+    return NotSupported("comp_mask");
+  }
+  if ((attr.comp_mask & kNeeded) != kNeeded || attr.xrcd == nullptr) {
+    Log().warn("ibv_open_qp: comp_mask needs IBV_QP_OPEN_ATTR_NUM, _XRCD and _TYPE (with an xrcd)");
+    return InvalidArgument("comp_mask");
+  }
+  if (attr.qp_type != IBV_QPT_XRC_RECV) {
+    Log().warn("ibv_open_qp: only XRC_RECV QPs are opened (qp_type {})",
+               static_cast<int>(attr.qp_type));
+    return InvalidArgument("qp_type");
+  }
+  if (!HandleOf(attr.xrcd, Kind::kXrcd, context, "ibv_open_qp", "xrcd")) {
+    return InvalidArgument("not an XRCD of this context");
+  }
+  Xrcd* xrcd = ToXrcd(attr.xrcd);
+  Context* ctx = ToContext(context);
+  std::lock_guard lock(TargetsMutex());
+  std::shared_ptr<engine::Qp> eqp = ctx->engine->FindQp(attr.qp_num);
+  if (!eqp || eqp->type != engine::QpType::kXrcRecv || eqp->xrcd != xrcd->domain->number) {
+    // As the kernel, which looks in the domain's list of targets.
+    Log().warn("ibv_open_qp: XRC domain {} has no XRC_RECV QP {:#x}", xrcd->domain->number,
+               attr.qp_num);
+    return InvalidArgument("no such target QP in the XRC domain");
+  }
+  Qp* owner = ToQp(reinterpret_cast<ibv_qp*>(eqp->handle));
+  auto* qp = new Qp{};
+  qp->qp = std::move(eqp);
+  qp->type = objects::QpType::kXrcRecv;
+  qp->tgt_owner = owner;
+  ++owner->tgt_handles;
+  qp->xrcd = xrcd;
+  ++xrcd->users;
+  ibv_qp& q = qp->ibv.qp_base;
+  q.context = context;
+  q.qp_context = (attr.comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? attr.qp_context : nullptr;
+  q.handle = q.qp_num = attr.qp_num;
+  q.state = owner->ibv.qp_base.state;
+  q.qp_type = IBV_QPT_XRC_RECV;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  q.events_completed = 0;
+  AddHandle(&q, Kind::kQp, context);
+  Log().debug("{} qp#{}: another handle to the XRC_RECV QP (ibv_open_qp)", ctx->device->name(),
+              q.qp_num);
+  return &q;
 }
 
 Result<ibv_ah*> CreateAh(ibv_pd* pd, const ibv_ah_attr& attr) {

@@ -112,6 +112,11 @@ uint64_t SupportedSendOps(ibv_qp_type type) {
       return kSend | kWrite | kWindows | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_RDMA_READ |
              IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
              IBV_QP_EX_WITH_ATOMIC_WRITE | kQpExWithFlush;
+    case IBV_QPT_XRC_SEND:
+      // RC's operations without the Memory Placement Extensions; windows
+      // are bound on RC and UC QPs only (as rxe).
+      return kSend | kWrite | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_RDMA_READ |
+             IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
     case IBV_QPT_UC:
       return kSend | kWrite | kWindows;
     case IBV_QPT_UD:
@@ -126,6 +131,8 @@ const char* TypeName(ibv_qp_type type) {
     case IBV_QPT_RC: return "RC";
     case IBV_QPT_UC: return "UC";
     case IBV_QPT_UD: return "UD";
+    case IBV_QPT_XRC_SEND: return "XRC_SEND";
+    case IBV_QPT_XRC_RECV: return "XRC_RECV";
     default: return "this";
   }
 }
@@ -336,9 +343,12 @@ void SetUdAddr(ibv_qp_ex* q, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qk
 void SetXrcSrqn(ibv_qp_ex* q, uint32_t remote_srqn) {
   WrBatch::Pending* p = Current(q, "ibv_wr_set_xrc_srqn");
   if (p == nullptr) return;
-  // Only XRC_SEND QPs carry an SRQN, and this device creates none.
-  Record(*p, EINVAL, fmt::format("ibv_wr_set_xrc_srqn on a {} QP (XRC_SEND only)",
-                                 TypeName(q->qp_base.qp_type)));
+  if (q->qp_base.qp_type != IBV_QPT_XRC_SEND) {
+    Record(*p, EINVAL, fmt::format("ibv_wr_set_xrc_srqn on a {} QP (XRC_SEND only)",
+                                   TypeName(q->qp_base.qp_type)));
+    return;
+  }
+  p->wr.qp_type.xrc.remote_srqn = remote_srqn;
 }
 
 // A data setter replaces whatever data an earlier setter gave the same WR

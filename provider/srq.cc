@@ -1,4 +1,6 @@
 // Shared receive queues.
+#include <fmt/format.h>
+
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
 #include "emulator/engine/trace.h"
@@ -39,16 +41,25 @@ int PostSrqRecv(ibv_srq* ibv, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 
 void InstallSrqOps(verbs_context* vctx) { vctx->context.ops.post_srq_recv = PostSrqRecv; }
 
-Result<ibv_srq*> CreateSrq(ibv_pd* pd, ibv_srq_init_attr* attr) {
-  if (Status dead = DeadDevice(pd->context, "ibv_create_srq"); !dead.ok()) return dead;
+namespace {
+
+// What an XRC SRQ has beside a basic one.
+struct XrcParts {
+  Xrcd* xrcd = nullptr;
+  ibv_cq* cq = nullptr;
+};
+
+Result<ibv_srq*> NewSrq(ibv_pd* pd, ibv_srq_init_attr* attr, const XrcParts* xrc) {
+  const char* verb = xrc != nullptr ? "ibv_create_srq_ex" : "ibv_create_srq";
+  if (Status dead = DeadDevice(pd->context, verb); !dead.ok()) return dead;
   const ibv_srq_attr& a = attr->attr;
   if (a.max_wr < 1 || a.max_wr > static_cast<uint32_t>(device::kMaxSrqWr) ||
       a.max_sge > static_cast<uint32_t>(device::kMaxSrqSge)) {
-    Log().warn("ibv_create_srq: max_wr {} / max_sge {} outside the device's 1..{} / 0..{}", a.max_wr,
+    Log().warn("{}: max_wr {} / max_sge {} outside the device's 1..{} / 0..{}", verb, a.max_wr,
                a.max_sge, device::kMaxSrqWr, device::kMaxSrqSge);
     return InvalidArgument("srq attributes");
   }
-  ObjectSlot slot(*ToContext(pd->context)->device, ObjectSlot::Limited::kSrq, "ibv_create_srq");
+  ObjectSlot slot(*ToContext(pd->context)->device, ObjectSlot::Limited::kSrq, verb);
   if (!slot.ok()) return NoMemory("max_srq");
   auto* srq = new Srq{};
   srq->ibv.context = pd->context;
@@ -62,7 +73,7 @@ Result<ibv_srq*> CreateSrq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   auto number = ToContext(pd->context)->device->directory().Add(objects::ObjectKind::kSrq,
                                                                 reinterpret_cast<uint64_t>(&srq->ibv));
   if (!number.ok()) {
-    Log().warn("ibv_create_srq: {}", number.status().message());
+    Log().warn("{}: {}", verb, number.status().message());
     pthread_mutex_destroy(&srq->ibv.mutex);
     pthread_cond_destroy(&srq->ibv.cond);
     delete srq;
@@ -70,9 +81,75 @@ Result<ibv_srq*> CreateSrq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   }
   srq->number = *number;
   ++ToPd(pd)->users;
+  if (xrc != nullptr) {
+    // Published by number: targets find it through the XRCETH.
+    srq->xrcd = xrc->xrcd;
+    srq->cq = xrc->cq;
+    ++xrc->xrcd->users;
+    ++ToCq(xrc->cq)->users;
+    engine::Srq& e = *srq->srq;
+    e.xrcd = xrc->xrcd->domain->number;
+    e.srqn = srq->number;
+    e.cq = ToCq(xrc->cq)->cq.get();
+    ToContext(pd->context)->engine->AddSrq(srq->srq);
+    Log().debug("{} srq#{}: XRC SRQ of XRC domain {}", ToContext(pd->context)->device->name(),
+                srq->number, e.xrcd);
+  }
   AddHandle(&srq->ibv, Kind::kSrq, pd->context);
   slot.Keep();
   return &srq->ibv;
+}
+
+}  // namespace
+
+Result<ibv_srq*> CreateSrq(ibv_pd* pd, ibv_srq_init_attr* attr) { return NewSrq(pd, attr, nullptr); }
+
+Result<ibv_srq*> CreateSrqEx(ibv_context* context, ibv_srq_init_attr_ex* attr) {
+  auto fail = [](int code, std::string why) -> Status {
+    Log().warn("ibv_create_srq_ex: {}", why);
+    return Status::Error(code, std::move(why));
+  };
+  constexpr uint32_t kKnown = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
+                              IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ |
+                              IBV_SRQ_INIT_ATTR_TM;
+  if (attr->comp_mask & ~kKnown) {
+    return fail(EINVAL, fmt::format("comp_mask {:#x} has unknown bits", attr->comp_mask & ~kKnown));
+  }
+  const ibv_srq_type type =
+      (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? attr->srq_type : IBV_SRQT_BASIC;
+  if (type == IBV_SRQT_TM) {
+    return fail(EOPNOTSUPP, "tag-matching SRQs (IBV_SRQT_TM) are not supported by this device");
+  }
+  if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC) {
+    return fail(EINVAL, fmt::format("srq_type {} is not IBV_SRQT_BASIC, _XRC or _TM",
+                                    static_cast<int>(type)));
+  }
+  if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || attr->pd == nullptr) {
+    return fail(EINVAL, "an SRQ needs a protection domain (IBV_SRQ_INIT_ATTR_PD and pd)");
+  }
+  if (!HandleOf(attr->pd, Kind::kPd, context, "ibv_create_srq_ex", "pd")) {
+    return InvalidArgument("not a PD of this context");
+  }
+  ibv_srq_init_attr basic{};
+  basic.srq_context = attr->srq_context;
+  basic.attr = attr->attr;
+  if (type == IBV_SRQT_BASIC) return NewSrq(attr->pd, &basic, nullptr);
+  constexpr uint32_t kXrcNeeds = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+  if ((attr->comp_mask & kXrcNeeds) != kXrcNeeds || attr->xrcd == nullptr || attr->cq == nullptr) {
+    return fail(EINVAL, "an XRC SRQ needs an XRC domain and the CQ its receives complete on "
+                        "(IBV_SRQ_INIT_ATTR_XRCD with xrcd, IBV_SRQ_INIT_ATTR_CQ with cq)");
+  }
+  if (!HandleOf(attr->xrcd, Kind::kXrcd, context, "ibv_create_srq_ex", "xrcd") ||
+      !HandleOf(attr->cq, Kind::kCq, context, "ibv_create_srq_ex", "cq")) {
+    return InvalidArgument("the XRCD or the CQ is not one of this context");
+  }
+  XrcParts xrc{ToXrcd(attr->xrcd), attr->cq};
+  return NewSrq(attr->pd, &basic, &xrc);
+}
+
+int GetSrqNum(ibv_srq* srq, uint32_t* srq_num) {
+  *srq_num = ToSrq(srq)->number;
+  return 0;
 }
 
 int ModifySrq(ibv_srq* ibv, ibv_srq_attr* attr, int mask) {
@@ -115,7 +192,9 @@ int DetachSrq(ibv_srq* ibv) {
     Log().warn("ibv_destroy_srq: {} QP(s) still use this SRQ; destroy them first", users);
     return EBUSY;
   }
-  // No control-plane event names it after this (see DetachCq).
+  // No control-plane event names it after this (see DetachCq), and no
+  // XRC target delivers into it.
+  if (ToSrq(ibv)->xrcd != nullptr) ToContext(ibv->context)->engine->RemoveSrq(ToSrq(ibv)->number);
   ToContext(ibv->context)->device->directory().Remove(objects::ObjectKind::kSrq, ToSrq(ibv)->number);
   RetireHandle(ibv);
   return 0;
@@ -125,6 +204,10 @@ void FreeSrq(ibv_srq* ibv) {
   RemoveHandle(ibv);
   ToContext(ibv->context)->device->ReturnObject(device::Device::Limited::kSrq);
   --ToPd(ibv->pd)->users;
+  if (Srq* srq = ToSrq(ibv); srq->xrcd != nullptr) {
+    --srq->xrcd->users;
+    --ToCq(srq->cq)->users;
+  }
   pthread_mutex_destroy(&ibv->mutex);
   pthread_cond_destroy(&ibv->cond);
   check::Dispose(ToSrq(ibv));

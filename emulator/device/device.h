@@ -37,6 +37,7 @@
 #include "emulator/objects/directory.h"
 #include "emulator/objects/mr.h"
 #include "emulator/objects/mw.h"
+#include "emulator/objects/xrcd.h"
 
 namespace rdmaemu::device {
 
@@ -192,6 +193,8 @@ class Device {
   objects::DeviceMemory& dm() { return dm_; }
   // The device's QPs, CQs, SRQs and WQs by number, for the control plane.
   objects::Directory& directory() { return directory_; }
+  // Its XRC domains, shared by the contexts of the process through a file.
+  objects::XrcdTable& xrcds() { return xrcds_; }
 
  private:
   struct Port {
@@ -227,6 +230,7 @@ class Device {
   objects::MwTable mws_;
   objects::DeviceMemory dm_{kMaxDmSize};
   objects::Directory directory_;
+  objects::XrcdTable xrcds_;
 };
 
 // The devices of this process: the configuration, read once, and the Device

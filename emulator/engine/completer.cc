@@ -112,9 +112,10 @@ bool Engine::FailLocally(Qp& qp, const Inflight& f) {
 }
 
 void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_point now) {
-  if (qp.type != QpType::kRc || qp.inflight.empty()) return;
+  if (!IsReliable(qp.type) || qp.inflight.empty()) return;
   const uint32_t psn = packet.psn();
-  const wire::Opcode op = packet.opcode();
+  // XRC's responses are RC's under another prefix.
+  const wire::Opcode op = wire::AsRc(packet.opcode());
 
   if (op == wire::Opcode::RC_ACKNOWLEDGE) {
     const auto aeth = packet.aeth();

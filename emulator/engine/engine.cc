@@ -416,6 +416,33 @@ std::shared_ptr<Wq> Engine::FindWq(uint32_t wqn) {
   return it == wqs_.end() ? nullptr : it->second;
 }
 
+void Engine::AddSrq(std::shared_ptr<Srq> srq) {
+  std::unique_lock lock(qps_mu_);
+  const uint32_t srqn = srq->srqn;
+  srqs_[srqn] = std::move(srq);
+}
+
+void Engine::RemoveSrq(uint32_t srqn) {
+  std::shared_ptr<Srq> srq;
+  {
+    std::unique_lock lock(qps_mu_);
+    auto it = srqs_.find(srqn);
+    if (it == srqs_.end()) return;
+    srq = std::move(it->second);
+    srqs_.erase(it);
+  }
+  // As RemoveQp: a target may have found the SRQ just before; `removed`,
+  // under mu, stops it from touching the SRQ's CQ after we return.
+  std::lock_guard lock(srq->mu);
+  srq->removed = true;
+}
+
+std::shared_ptr<Srq> Engine::FindSrq(uint32_t srqn) {
+  std::shared_lock lock(qps_mu_);
+  auto it = srqs_.find(srqn);
+  return it == srqs_.end() ? nullptr : it->second;
+}
+
 std::shared_ptr<Qp> Engine::FindQp(uint32_t qpn) {
   std::shared_lock lock(qps_mu_);
   auto it = qps_.find(qpn);
@@ -764,7 +791,53 @@ void Engine::EnterError(Qp& qp) {
   FlushLocked(qp, cqes);
   for (auto& [cq, c] : cqes) PushCqe(qp, cq, c);
   active_.erase(qp.qpn);
-  if (qp.srq) RaiseQpEvent(qp, device::AsyncEventType::kQpLastWqeReached);
+  // An XRC target is attached to no SRQ (qp.srq is only its last message's).
+  if (qp.srq && qp.type != QpType::kXrcRecv) {
+    RaiseQpEvent(qp, device::AsyncEventType::kQpLastWqeReached);
+  }
+}
+
+void Engine::PushRecvCqe(Qp& qp, const objects::Cqe& cqe) {
+  if (qp.type == QpType::kXrcRecv) {
+    PushXrcRecvCqe(qp, cqe);
+  } else {
+    PushCqe(qp, qp.recv_cq, cqe);
+  }
+}
+
+void Engine::PushXrcRecvCqe(Qp& qp, const objects::Cqe& cqe) {
+  Srq& srq = *qp.srq;
+  bool lost = false;
+  bool first_error = false;
+  std::optional<uint64_t> cq_err;
+  {
+    // Under the SRQ's mu, so that its CQ stays (RemoveSrq).
+    std::lock_guard lock(srq.mu);
+    if (srq.removed) {
+      RDMAEMU_WARN_LIMITED("{} qp#{}: XRC SRQ {} was destroyed while it received WR {}: the "
+                           "completion has nowhere to go",
+                           device_->name(), qp.qpn, srq.srqn, cqe.wr_id);
+      return;
+    }
+    if (DebugOn()) {
+      Log().debug("{} qp#{} completion WR {} {} {}, {} bytes (XRC SRQ {})", device_->name(),
+                  qp.qpn, cqe.wr_id, WcOpcodeName(cqe.opcode), WcStatusName(cqe.status),
+                  cqe.byte_len, srq.srqn);
+    }
+    if (!srq.cq->Push(cqe)) {
+      lost = true;
+      if (srq.cq->TakeOverrunNotice()) cq_err = srq.cq->handle();
+      first_error = !srq.error;
+      srq.error = true;
+    }
+  }
+  if (!lost) return;
+  RDMAEMU_WARN_LIMITED("qp#{}: the CQ of XRC SRQ {} overran: the completion of WR {} is lost; "
+                       "the SRQ is in error (SRQ_ERR) and the target QP goes to ERR",
+                       qp.qpn, srq.srqn, cqe.wr_id);
+  if (cq_err) device_->Raise({device::AsyncEventType::kCqErr, *cq_err, 0});
+  if (first_error) device_->Raise({device::AsyncEventType::kSrqErr, srq.handle, 0});
+  EnterError(qp);
 }
 
 void Engine::PushCqe(Qp& qp, objects::Cq* cq, const objects::Cqe& cqe) {
@@ -824,6 +897,7 @@ bool Engine::TakeRecv(Qp& qp, RecvWqe* out) {
   bool limit_reached = false;
   {
     std::lock_guard lock(qp.srq->mu);
+    if (qp.srq->removed) return false;  // an XRC SRQ destroyed since the lookup
     if (qp.srq->error) {
       RDMAEMU_WARN_LIMITED("qp#{}: its SRQ is in error (SRQ_ERR): no receive is taken from it",
                            qp.qpn);
@@ -974,16 +1048,20 @@ void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
   CountOnQp(*qp, &Counters::bytes_received, d.data.size());
   if (TraceOn()) tracer_.Received(qp->qpn, *packet, d.src);
   const wire::Transport t = packet->info().transport;
-  const bool type_ok = (t == wire::Transport::kUd && qp->type == QpType::kUd) ||
-                       (t == wire::Transport::kRc && qp->type == QpType::kRc) ||
-                       (t == wire::Transport::kUc && qp->type == QpType::kUc);
+  // An XRC initiator hears only responses, a target only requests.
+  const bool type_ok =
+      (t == wire::Transport::kUd && qp->type == QpType::kUd) ||
+      (t == wire::Transport::kRc && qp->type == QpType::kRc) ||
+      (t == wire::Transport::kUc && qp->type == QpType::kUc) ||
+      (t == wire::Transport::kXrc && qp->type == QpType::kXrcSend && packet->Has(wire::kResponseMask)) ||
+      (t == wire::Transport::kXrc && qp->type == QpType::kXrcRecv && packet->Has(wire::kRequestMask));
   if (!type_ok) {
     // Counted on the receiving port: the QP's path (attrs) needs qp->mu.
     CountPort(port, &Counters::dropped_bad_state);
     CountOnQp(*qp, &Counters::dropped_bad_state);
-    RDMAEMU_WARN_LIMITED("{} qp#{}: dropped a {} packet from {}: wrong transport for a {} QP",
+    RDMAEMU_WARN_LIMITED("{} qp#{}: dropped a {} packet from {}: not one a {} QP receives",
                          device_->name(), qp->qpn, packet->info().name, net::ToString(d.src),
-                         qp->type == QpType::kRc ? "RC" : qp->type == QpType::kUc ? "UC" : "UD");
+                         QpTypeName(qp->type));
     return;
   }
   if (qp->type == QpType::kUd) {

@@ -72,6 +72,8 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   void StartPosted(uint32_t qpn);
   // After this returns the engine holds no reference to the QP.
   void RemoveQp(uint32_t qpn);
+  // The QP published under `qpn`, or nullptr (any thread; ibv_open_qp).
+  std::shared_ptr<Qp> FindQp(uint32_t qpn);
   // Any thread holding no engine lock: the QP has new send work (or was
   // modified). The calling thread does the work itself when no other thread
   // drives the engine (the doorbell is rung only when one does).
@@ -114,6 +116,12 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   void AddWq(std::shared_ptr<Wq> wq);
   void RemoveWq(uint32_t wqn);
   std::shared_ptr<Wq> FindWq(uint32_t wqn);
+  // XRC SRQs, by their number (ibv_get_srq_num, the XRCETH's): AddSrq
+  // publishes one; after RemoveSrq returns, the engine no longer touches it
+  // (its CQ may go).
+  void AddSrq(std::shared_ptr<Srq> srq);
+  void RemoveSrq(uint32_t srqn);
+  std::shared_ptr<Srq> FindSrq(uint32_t srqn);
 
   // net::LoopHandler
   void OnDatagrams(std::span<const net::Datagram> batch) override;
@@ -121,7 +129,6 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
 
  private:
   explicit Engine(std::shared_ptr<device::Device> device);
-  std::shared_ptr<Qp> FindQp(uint32_t qpn);
 
   // cm::Wire: queues a MAD for the loop thread, which sends it from QP1
   // (SendQueuedMads) like any UD packet: through fault rules and capture.
@@ -202,6 +209,11 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   objects::WcStatus CheckSges(uint32_t pd, uint32_t num, const std::vector<Sge>& sges, bool write);
   // The PD receive WQEs of `qp` are checked against: its SRQ's, if any.
   static uint32_t RecvPd(const Qp& qp) { return qp.srq ? qp.srq->pd : qp.pd; }
+  // The PD remote accesses to `qp` are checked against: an XRC target has
+  // none and uses its message's XRC SRQ's (IBA 11.2.11).
+  static uint32_t AccessPd(const Qp& qp) {
+    return qp.type == QpType::kXrcRecv && qp.srq ? qp.srq->pd : qp.pd;
+  }
   // Copies [offset, offset+len) of a WQE's payload into out.
   void GatherRange(const SendWqe& wqe, uint64_t offset, size_t len, std::vector<uint8_t>& out);
   // Writes data at `offset` into an SGE list (already checked).
@@ -210,6 +222,13 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // goes to ERR (IBA 11.4.2.1), as Linux's soft-RoCE does. A receive lost
   // that way that came from an SRQ also puts the SRQ in error (SRQ_ERR).
   void PushCqe(Qp& qp, objects::Cq* cq, const objects::Cqe& cqe);
+  // Pushes a receive completion: on the QP's recv CQ, or for an XRC target
+  // on the CQ of the XRC SRQ it received into (XrcRecvCqe).
+  void PushRecvCqe(Qp& qp, const objects::Cqe& cqe);
+  void PushXrcRecvCqe(Qp& qp, const objects::Cqe& cqe);
+  // An XRC target's request (qp.mu held): names an XRC SRQ of the QP's
+  // domain in its XRCETH, which becomes qp.srq; false after a NAK.
+  bool ResolveXrcSrq(Qp& qp, const wire::PacketView& packet);
   // Pushes a WQ's receive completion (wq.mu held); an overrun of the WQ's
   // CQ raises CQ_ERR, moves the WQ to ERR, flushes it and raises WQ_FATAL.
   // The QP that received is not affected: the WQ is the queue that failed.
@@ -305,6 +324,7 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   uint32_t next_qpn_ = 0x11;                                // guarded by qps_mu_
 
   std::unordered_map<uint32_t, std::shared_ptr<Wq>> wqs_;  // guarded by qps_mu_
+  std::unordered_map<uint32_t, std::shared_ptr<Srq>> srqs_;  // guarded by qps_mu_: XRC SRQs
 
   // Multicast groups joined, by (port, group address in network order).
   struct Group {

@@ -21,9 +21,12 @@ objects::WcOpcode CompletionOpcode(SendOp op);
 // completion to `out` (to be pushed after).
 void FlushLocked(Qp& qp, std::vector<std::pair<objects::Cq*, objects::Cqe>>& out);
 
-// The opcode byte of an RC opcode on the QP's transport (UC = RC + 0x20).
+// The opcode byte of an RC opcode on the QP's transport (UC = RC + 0x20,
+// XRC = RC + 0xA0).
 inline wire::Opcode OnTransport(QpType type, wire::Opcode rc) {
-  return type == QpType::kUc ? static_cast<wire::Opcode>(static_cast<uint8_t>(rc) + 0x20) : rc;
+  if (type == QpType::kUc) return wire::WithPrefix(rc, wire::kUcPrefix);
+  if (IsXrc(type)) return wire::WithPrefix(rc, wire::kXrcPrefix);
+  return rc;
 }
 
 }  // namespace rdmaemu::engine

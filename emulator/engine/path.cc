@@ -66,7 +66,7 @@ bool Engine::MigrateOnRetriesExhausted(Qp& qp) {
 
 void Engine::RestartOnNewPath(Qp& qp) {
   qp.retries_left = qp.attrs.retry_cnt;
-  if (qp.type == QpType::kRc && !qp.inflight.empty()) {
+  if (IsReliable(qp.type) && !qp.inflight.empty()) {
     qp.timeouts_in_row = 0;  // a new path: no backoff carried over
     RetransmitFrom(qp, qp.inflight.front().first_psn);
   }

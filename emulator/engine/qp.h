@@ -29,9 +29,27 @@ namespace rdmaemu::engine {
 
 using Clock = std::chrono::steady_clock;
 
-// libibverbs' numbering (enum ibv_qp_type, enum ibv_qp_state).
-enum class QpType : uint8_t { kRc = 2, kUc = 3, kUd = 4 };
+// libibverbs' numbering (enum ibv_qp_type, enum ibv_qp_state). XRC_SEND is
+// an RC requester without a responder, XRC_RECV an RC responder without a
+// requester that receives into the XRC SRQ each request names.
+enum class QpType : uint8_t { kRc = 2, kUc = 3, kUd = 4, kXrcSend = 9, kXrcRecv = 10 };
 enum class QpState : uint8_t { kReset = 0, kInit, kRtr, kRts, kSqd, kSqe, kErr };
+// The transports with acknowledgements, NAKs, a window and retries.
+inline bool IsReliable(QpType t) {
+  return t == QpType::kRc || t == QpType::kXrcSend || t == QpType::kXrcRecv;
+}
+inline bool IsXrc(QpType t) { return t == QpType::kXrcSend || t == QpType::kXrcRecv; }
+inline const char* QpTypeName(QpType t) {
+  switch (t) {
+    case QpType::kRc: return "RC";
+    case QpType::kUc: return "UC";
+    case QpType::kUd: return "UD";
+    case QpType::kXrcSend: return "XRC_SEND";
+    case QpType::kXrcRecv: return "XRC_RECV";
+  }
+  return "?";
+}
+
 // enum ibv_mig_state's numbering.
 enum class MigState : uint8_t { kMigrated = 0, kRearm, kArmed };
 
@@ -135,6 +153,17 @@ struct Srq {
   // Guarded by mu. Set when a receive taken from the SRQ lost its completion
   // to a CQ overrun (SRQ_ERR): the device takes no more WQEs from it.
   bool error = false;
+
+  // An XRC SRQ (set before it is published, constant after): its XRC
+  // domain, its number (the XRCETH's), and the CQ its receives complete on
+  // (the target QP that received has none).
+  uint32_t xrcd = 0;  // 0: a basic SRQ
+  uint32_t srqn = 0;
+  objects::Cq* cq = nullptr;
+  // Guarded by mu. Set by Engine::RemoveSrq: the loop thread may hold the
+  // SRQ from a lookup made before; it checks this, under mu, before it
+  // touches the SRQ's CQ, which may be gone once the destroy has returned.
+  bool removed = false;
 };
 
 struct Qp {
@@ -150,8 +179,12 @@ struct Qp {
   objects::Cq* const recv_cq;
   const QpCaps caps;
   const uint64_t handle;  // the provider's ibv_qp*, for async events
-  // Set before the QP is added to the engine, constant after.
+  // Set before the QP is added to the engine, constant after; but an XRC
+  // target's is the SRQ of the message it is receiving (guarded by mu),
+  // which each request names in its XRCETH.
   std::shared_ptr<Srq> srq;
+  // An XRC target's XRC domain (set before it is added, constant after).
+  uint32_t xrcd = 0;
   // Bumped by the engine thread, read by anyone (counters.h).
   Counters counters;
   // A UD QP created with an indirection table receives through its WQs

@@ -97,7 +97,7 @@ void Engine::Progress(Qp& qp, Clock::time_point now) {
     if (f.packets == 0) break;  // a WQE that failed locally: nothing after it goes out
     const uint32_t last = LastRequestPsn(f);
     while (wire::PsnDiff(f.next_psn, last) <= 0) {
-      if (qp.type == QpType::kRc && !InWindow(qp, f.next_psn)) break;
+      if (IsReliable(qp.type) && !InWindow(qp, f.next_psn)) break;
       SendRequest(qp, f, f.next_psn);
       f.next_psn = wire::PsnNext(f.next_psn);
     }
@@ -155,7 +155,7 @@ size_t Engine::AdmitWqes(Qp& qp, size_t limit) {
     if (rd && outstanding_rd >= std::max<int>(1, qp.attrs.max_rd_atomic)) break;
     // UC has no acknowledgements and so no window. Admission looks at the
     // largest window; sending (Progress) at the current one.
-    if (qp.type == QpType::kRc &&
+    if (IsReliable(qp.type) &&
         wire::PsnDiff(qp.next_send_psn, qp.last_acked_psn) > static_cast<int32_t>(CongestionWindow::kMax)) {
       break;
     }
@@ -269,6 +269,7 @@ void Engine::SendRequest(Qp& qp, Inflight& f, uint32_t psn) {
   wire::PacketFields p;
   p.bth.dest_qpn = qp.attrs.dest_qpn;
   p.bth.psn = psn;
+  p.xrc_srqn = w.xrc_remote_srqn;  // written on XRC requests only
   // MigReq is set in MIGRATED and clear while the path is REARM or ARMED.
   p.bth.migreq = qp.attrs.mig_state == MigState::kMigrated;
   std::span<const uint8_t> payload;
@@ -312,7 +313,7 @@ void Engine::SendRequest(Qp& qp, Inflight& f, uint32_t psn) {
         p.bth.solicited = last && w.solicited;
       }
       p.opcode = OnTransport(qp.type, op);
-      p.bth.ack_req = qp.type == QpType::kRc &&
+      p.bth.ack_req = IsReliable(qp.type) &&
                       (last || (index + 1) % kPacketsPerAck == 0 || !InWindow(qp, wire::PsnNext(psn)));
       p.reth = {w.remote_addr, w.rkey, static_cast<uint32_t>(w.length)};
       p.imm = ntohl(w.imm_data);
@@ -325,7 +326,7 @@ void Engine::SendRequest(Qp& qp, Inflight& f, uint32_t psn) {
     }
     case SendOp::kRdmaRead: {
       // A retried read asks only for what has not arrived (rxe does the same).
-      p.opcode = Opcode::RC_RDMA_READ_REQUEST;
+      p.opcode = OnTransport(qp.type, Opcode::RC_RDMA_READ_REQUEST);
       p.bth.psn = wire::PsnAdd(f.first_psn, static_cast<int64_t>(f.read_bytes / mtu));
       p.bth.ack_req = true;
       p.reth = {w.remote_addr + f.read_bytes, w.rkey, static_cast<uint32_t>(w.length - f.read_bytes)};
@@ -333,7 +334,8 @@ void Engine::SendRequest(Qp& qp, Inflight& f, uint32_t psn) {
     }
     case SendOp::kCompareSwap:
     case SendOp::kFetchAdd:
-      p.opcode = w.op == SendOp::kCompareSwap ? Opcode::RC_COMPARE_SWAP : Opcode::RC_FETCH_ADD;
+      p.opcode = OnTransport(qp.type, w.op == SendOp::kCompareSwap ? Opcode::RC_COMPARE_SWAP
+                                                                   : Opcode::RC_FETCH_ADD);
       p.bth.ack_req = true;
       p.atomic_eth.va = w.remote_addr;
       p.atomic_eth.rkey = w.rkey;

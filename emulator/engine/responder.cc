@@ -39,7 +39,7 @@ constexpr uint8_t kFlushMr = 1;
 
 void Engine::SendAck(Qp& qp, uint32_t psn, uint8_t syndrome) {
   wire::PacketFields p;
-  p.opcode = wire::Opcode::RC_ACKNOWLEDGE;
+  p.opcode = OnTransport(qp.type, wire::Opcode::RC_ACKNOWLEDGE);
   p.bth.dest_qpn = qp.attrs.dest_qpn;
   p.bth.psn = psn;
   p.bth.migreq = qp.attrs.mig_state == MigState::kMigrated;
@@ -85,7 +85,7 @@ void Engine::ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std:
     c.opcode = objects::WcOpcode::kRecv;
     c.qp_num = qp.qpn;
     qp.in_send = false;
-    PushCqe(qp, qp.recv_cq, c);
+    PushRecvCqe(qp, c);
   }
   // Invalid requests and access violations are fatal to the responder's QP
   // and reported by the matching async event (IBA 9.9.2, 11.6.3.1).
@@ -93,6 +93,33 @@ void Engine::ResponderError(Qp& qp, wire::NakCode code, uint32_t psn, const std:
                    : code == wire::NakCode::kInvalidRequest  ? device::AsyncEventType::kQpReqErr
                                                              : device::AsyncEventType::kQpFatal);
   EnterError(qp);
+}
+
+bool Engine::ResolveXrcSrq(Qp& qp, const wire::PacketView& packet) {
+  const uint32_t srqn = packet.xrceth().srqn();
+  std::shared_ptr<Srq> srq = FindSrq(srqn);
+  std::string why;
+  if (!srq) {
+    why = fmt::format("its XRCETH names XRC SRQ {}, which {} does not have (a wrong "
+                      "remote_srqn, or the SRQ was destroyed)",
+                      srqn, device_->name());
+  } else if (srq->xrcd != qp.xrcd) {
+    why = fmt::format("its XRCETH names XRC SRQ {}, of XRC domain {}, but the target QP belongs "
+                      "to XRC domain {}: a target delivers only into SRQs of its own domain",
+                      srqn, srq->xrcd, qp.xrcd);
+  } else if ((qp.in_send || qp.in_write) && !packet.Has(wire::kFirstMask) && srq != qp.srq) {
+    why = fmt::format("its XRCETH names XRC SRQ {} in the middle of a message begun on another",
+                      srqn);
+  }
+  if (!why.empty()) {
+    // IBA 9.7.5.2.x: the XRC responder's SRQ check fails as an invalid
+    // request; the sender's WR completes with IBV_WC_REM_INV_REQ_ERR.
+    ResponderError(qp, wire::NakCode::kInvalidRequest, packet.psn(),
+                   fmt::format("{} refused: {}", packet.info().name, why));
+    return false;
+  }
+  qp.srq = std::move(srq);
+  return true;
 }
 
 std::shared_ptr<const objects::Mr> Engine::RemoteRegion(uint32_t rkey) {
@@ -114,7 +141,10 @@ std::string Engine::RemoteRefusal(const Qp& qp, const objects::Mr* mr, uint32_t 
                   : "it names no memory region (a wrong key, or deregistered)";
   }
   const char* what = window ? "the memory window" : "the memory region";
-  if (mr->pd != qp.pd) return fmt::format("{} belongs to another PD than the QP", what);
+  if (mr->pd != AccessPd(qp)) {
+    return fmt::format("{} belongs to another PD than the {}", what,
+                       qp.type == QpType::kXrcRecv ? "XRC SRQ the message names" : "QP");
+  }
   if (mr->bound_qpn != 0 && mr->bound_qpn != qp.qpn) {
     return fmt::format("the type 2 window was bound through qp#{}, and only that QP may use it",
                        mr->bound_qpn);
@@ -166,6 +196,7 @@ void Engine::AnswerRead(Qp& qp, const ReplayEntry& r, uint32_t from_psn) {
     } else {
       p.opcode = Opcode::RC_RDMA_READ_RESPONSE_MIDDLE;
     }
+    p.opcode = OnTransport(qp.type, p.opcode);
     p.bth.dest_qpn = qp.attrs.dest_qpn;
     p.bth.psn = psn;
     p.bth.migreq = qp.attrs.mig_state == MigState::kMigrated;
@@ -262,7 +293,7 @@ bool Engine::ExecutePlacement(Qp& qp, const wire::PacketView& packet) {
 
 void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
   const uint32_t psn = packet.psn();
-  const bool rc = qp.type == QpType::kRc;
+  const bool rc = IsReliable(qp.type);
 
   if (!rc) {
     // UC: a gap loses the message in progress; resume at the next FIRST/ONLY.
@@ -303,7 +334,7 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
           if (wire::PsnDiff(psn, r.psn) < 0 || wire::PsnDiff(psn, r.last_psn) > 0) continue;
           if (r.atomic) {
             wire::PacketFields p;
-            p.opcode = wire::Opcode::RC_ATOMIC_ACKNOWLEDGE;
+            p.opcode = OnTransport(qp.type, wire::Opcode::RC_ATOMIC_ACKNOWLEDGE);
             p.bth.dest_qpn = qp.attrs.dest_qpn;
             p.bth.psn = r.psn;
             p.aeth.syndrome = wire::AckSyndrome();
@@ -323,6 +354,8 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
     }
     qp.nak_sent = false;
   }
+  // An XRC target receives each message into the XRC SRQ it names.
+  if (qp.type == QpType::kXrcRecv && !ResolveXrcSrq(qp, packet)) return;
 
   // Opcode sequence (IBA 9.8.3): a message in progress continues with its
   // own MIDDLE or LAST; otherwise only FIRST or ONLY may come.
@@ -384,7 +417,7 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
       // key was revoked that still works.
       const uint32_t rkey = packet.ieth().rkey();
       Status s = objects::IsWindowKey(rkey)
-                     ? device_->mws().Invalidate(rkey, qp.pd, qp.qpn)
+                     ? device_->mws().Invalidate(rkey, AccessPd(qp), qp.qpn)
                      : InvalidArgument(device_->mrs().FindByRkey(rkey)
                                            ? "it names a memory region, and regions of ibv_reg_mr "
                                              "cannot be invalidated (only memory windows can)"
@@ -419,7 +452,7 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
       }
       qp.in_send = false;
       qp.msn = wire::PsnNext(qp.msn);
-      PushCqe(qp, qp.recv_cq, c);
+      PushRecvCqe(qp, c);
     }
   } else if (is_write) {
     if (!(qp.attrs.access & kQpRemoteWrite)) {
@@ -500,7 +533,7 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
         c.wc_flags = objects::kWcWithImm;
         c.imm_data = htonl(packet.imm_dt().imm());
         c.solicited = packet.bth().solicited();
-        PushCqe(qp, qp.recv_cq, c);
+        PushRecvCqe(qp, c);
       }
     }
   } else if (packet.Has(wire::kReadMask)) {
@@ -571,7 +604,7 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
     }
     auto* target = reinterpret_cast<uint64_t*>(mr->HostAddress(a.va()));
     uint64_t orig;
-    if (packet.opcode() == wire::Opcode::RC_COMPARE_SWAP) {
+    if (wire::AsRc(packet.opcode()) == wire::Opcode::RC_COMPARE_SWAP) {
       orig = a.compare();
       __atomic_compare_exchange_n(target, &orig, a.swap_add(), false, __ATOMIC_SEQ_CST,
                                   __ATOMIC_SEQ_CST);
@@ -587,7 +620,7 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
     qp.msn = wire::PsnNext(qp.msn);
     qp.epsn = wire::PsnNext(psn);
     wire::PacketFields p;
-    p.opcode = wire::Opcode::RC_ATOMIC_ACKNOWLEDGE;
+    p.opcode = OnTransport(qp.type, wire::Opcode::RC_ATOMIC_ACKNOWLEDGE);
     p.bth.dest_qpn = qp.attrs.dest_qpn;
     p.bth.psn = psn;
     p.aeth.syndrome = wire::AckSyndrome();

@@ -62,6 +62,7 @@ struct SendWqe {
   uint8_t flush_type = 0;   // kFlush: IBV_FLUSH_GLOBAL | IBV_FLUSH_PERSISTENT
   uint8_t flush_level = 0;  // kFlush: IBV_FLUSH_RANGE or IBV_FLUSH_MR
   UdDestination ud;
+  uint32_t xrc_remote_srqn = 0;  // XRC_SEND: the XRC SRQ at the target (XRCETH)
   uint64_t length = 0;  // total bytes (SGEs or inline)
 };
 

@@ -403,10 +403,12 @@ constexpr Family kFamilies[] = {
     {"RC", 0, wire::Transport::kRc},
     {"UC", 0, wire::Transport::kUc},
     {"UD", 0, wire::Transport::kUd},
+    {"XRC", 0, wire::Transport::kXrc},
 };
 
-// The IBA name without its transport prefix: RC_SEND_ONLY -> SEND_ONLY.
-std::string_view Operation(std::string_view name) { return name.substr(3); }
+// The IBA name without its transport prefix: RC_SEND_ONLY -> SEND_ONLY,
+// XRC_SEND_ONLY -> SEND_ONLY.
+std::string_view Operation(std::string_view name) { return name.substr(name.find('_') + 1); }
 
 Status Op(std::string_view value, Item& item) {
   Filter& f = item.rule.filter;

@@ -86,11 +86,26 @@ constexpr Transition kTransitions[] = {
 
 bool IsState(QpState s) { return static_cast<uint32_t>(s) < kNumQpStates; }
 
-bool IsType(QpType t) { return t == QpType::kRc || t == QpType::kUc || t == QpType::kUd; }
+bool IsType(QpType t) {
+  return t == QpType::kRc || t == QpType::kUc || t == QpType::kUd || t == QpType::kXrcSend ||
+         t == QpType::kXrcRecv;
+}
 
-// "an RC QP", "a UD QP".
+// An XRC QP is half of an RC QP (Linux's qp_state_table lists the same
+// rows): the initiator has RC's send side and no receive side, the target
+// the receive side and no send side. Each takes RC's masks without the
+// attributes of the half it lacks.
+constexpr uint32_t kReceiveSideAttrs = kQpMaxDestRdAtomic | kQpMinRnrTimer;
+constexpr uint32_t kSendSideAttrs = kQpMaxQpRdAtomic | kQpRetryCnt | kQpRnrRetry;
+
+constexpr TransitionMasks Without(TransitionMasks m, uint32_t attrs) {
+  return {m.required & ~attrs, m.optional & ~attrs};
+}
+
+// "an RC QP", "a UD QP", "an XRC_SEND QP".
 std::string QpNoun(QpType type) {
-  return fmt::format("{} {} QP", type == QpType::kRc ? "an" : "a", ToString(type));
+  const bool vowel = type == QpType::kRc || type == QpType::kXrcSend || type == QpType::kXrcRecv;
+  return fmt::format("{} {} QP", vowel ? "an" : "a", ToString(type));
 }
 
 std::string Arrow(QpState from, QpState to) {
@@ -355,6 +370,8 @@ std::string_view ToString(QpType type) {
     case QpType::kRc: return "RC";
     case QpType::kUc: return "UC";
     case QpType::kUd: return "UD";
+    case QpType::kXrcSend: return "XRC_SEND";
+    case QpType::kXrcRecv: return "XRC_RECV";
   }
   return "?";
 }
@@ -400,6 +417,8 @@ std::optional<TransitionMasks> FindTransition(QpType type, QpState from, QpState
       case QpType::kRc: return t.rc;
       case QpType::kUc: return t.uc;
       case QpType::kUd: return t.ud;
+      case QpType::kXrcSend: return Without(t.rc, kReceiveSideAttrs);
+      case QpType::kXrcRecv: return Without(t.rc, kSendSideAttrs);
     }
     return std::nullopt;
   }
@@ -409,7 +428,7 @@ std::optional<TransitionMasks> FindTransition(QpType type, QpState from, QpState
 Status CheckModify(QpType type, const QpAttributes& current, const QpAttributes& requested,
                    uint32_t mask, const QpLimits& limits) {
   if (!IsType(type)) {
-    return InvalidArgument(fmt::format("QP type {} has no state machine here (RC, UC and UD do)",
+    return InvalidArgument(fmt::format("QP type {} has no state machine here (RC, UC, UD and XRC do)",
                                        static_cast<uint32_t>(type)));
   }
   if (uint32_t unknown = mask & ~kQpKnownAttrMask) {

@@ -35,7 +35,9 @@ namespace rdmaemu::objects {
 enum class QpState : uint32_t { kReset = 0, kInit, kRtr, kRts, kSqd, kSqe, kErr };
 inline constexpr int kNumQpStates = 7;
 
-enum class QpType : uint32_t { kRc = 2, kUc = 3, kUd = 4 };
+// XRC_SEND is the initiator (INI: a send queue only), XRC_RECV the target
+// (TGT: no queues; each message names the XRC SRQ it lands in).
+enum class QpType : uint32_t { kRc = 2, kUc = 3, kUd = 4, kXrcSend = 9, kXrcRecv = 10 };
 
 enum class Mtu : uint32_t { k256 = 1, k512, k1024, k2048, k4096 };
 
@@ -44,7 +46,7 @@ enum class MigState : uint32_t { kMigrated = 0, kRearm, kArmed };
 // "RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"; "?" for a value that is
 // not a state.
 std::string_view ToString(QpState state);
-// "RC", "UC", "UD"; "?" otherwise.
+// "RC", "UC", "UD", "XRC_SEND", "XRC_RECV"; "?" otherwise.
 std::string_view ToString(QpType type);
 // "MIGRATED", "REARM", "ARMED"; "?" otherwise.
 std::string_view ToString(MigState state);

@@ -293,6 +293,23 @@ class FethViewT : public HeaderView<Byte, kFethBytes> {
   }
 };
 
+// XRC Extended Transport Header, 4 bytes: reserved(1) XRCSRQ(3), the number
+// of the XRC SRQ at the responder that receives the message.
+template <typename Byte>
+class XrcethViewT : public HeaderView<Byte, kXrcethBytes> {
+  using Base = HeaderView<Byte, kXrcethBytes>;
+  using Base::p_;
+
+ public:
+  using Base::Base;
+  uint32_t srqn() const { return LoadBe24(p_ + 1); }
+  // Keeps the low 24 bits of `v`; the reserved byte is written as 0.
+  void set_srqn(uint32_t v) requires(Base::kMutable) {
+    p_[0] = 0;
+    StoreBe24(p_ + 1, v & k24BitMask);
+  }
+};
+
 using BthView = BthViewT<uint8_t>;
 using ConstBthView = BthViewT<const uint8_t>;
 using RethView = RethViewT<uint8_t>;
@@ -311,5 +328,7 @@ using ImmDtView = ImmDtViewT<uint8_t>;
 using ConstImmDtView = ImmDtViewT<const uint8_t>;
 using IethView = IethViewT<uint8_t>;
 using ConstIethView = IethViewT<const uint8_t>;
+using XrcethView = XrcethViewT<uint8_t>;
+using ConstXrcethView = XrcethViewT<const uint8_t>;
 
 }  // namespace rdmaemu::wire

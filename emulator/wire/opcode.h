@@ -7,10 +7,12 @@
 // table cannot disagree with itself. Engine code asks `info.Has(kRethMask)`
 // instead of listing opcodes by hand.
 //
-// RD and XRC opcodes and CNP (0x81) are not spoken: FindOpcode() returns
-// nullptr for them, and the parser rejects them. FLUSH and ATOMIC WRITE (the
-// IBA's Memory Placement Extensions, 0x1C and 0x1D) are, laid out as Linux's
-// rxe sends them.
+// XRC (IBA 9.2, annex A14) is RC's operations under prefix 0xA0; its requests
+// carry an XRCETH (the receiving XRC SRQ's number) right after the BTH, its
+// responses none. RD opcodes and CNP (0x81) are not spoken: FindOpcode()
+// returns nullptr for them, and the parser rejects them. FLUSH and ATOMIC
+// WRITE (the IBA's Memory Placement Extensions, 0x1C and 0x1D) are, on RC
+// only, laid out as Linux's rxe sends them.
 #pragma once
 
 #include <array>
@@ -30,6 +32,7 @@ inline constexpr size_t kAtomicAckEthBytes = 8;
 inline constexpr size_t kDethBytes = 8;
 inline constexpr size_t kImmDtBytes = 4;
 inline constexpr size_t kIethBytes = 4;
+inline constexpr size_t kXrcethBytes = 4;
 inline constexpr size_t kIcrcBytes = 4;
 // FLUSH Extended Transport Header: placement type (bits 3-0) and
 // selectivity level (bits 5-4) of a 32-bit word.
@@ -39,9 +42,10 @@ inline constexpr size_t kFethBytes = 4;
 inline constexpr size_t kMaxPayloadBytes = 4096;
 
 // Extension headers, in the order they follow the BTH on the wire
-// (IBA 9.2: DETH, FETH, RETH | AtomicETH, AETH, AtomicAckETH, ImmDt | IETH).
+// (IBA 9.2: DETH, XRCETH, FETH, RETH | AtomicETH, AETH, AtomicAckETH, ImmDt | IETH).
 enum class ExtHeader : uint8_t {
   kDeth,
+  kXrceth,
   kFeth,
   kReth,
   kAtomicEth,
@@ -50,7 +54,7 @@ enum class ExtHeader : uint8_t {
   kImmDt,
   kIeth,
 };
-inline constexpr size_t kExtHeaderCount = 8;
+inline constexpr size_t kExtHeaderCount = 9;
 
 inline constexpr uint32_t MaskOf(ExtHeader h) { return 1u << static_cast<uint32_t>(h); }
 
@@ -63,33 +67,36 @@ inline constexpr uint32_t kAethMask = MaskOf(ExtHeader::kAeth);
 inline constexpr uint32_t kAtomicAckEthMask = MaskOf(ExtHeader::kAtomicAckEth);
 inline constexpr uint32_t kImmDtMask = MaskOf(ExtHeader::kImmDt);
 inline constexpr uint32_t kIethMask = MaskOf(ExtHeader::kIeth);
+inline constexpr uint32_t kXrcethMask = MaskOf(ExtHeader::kXrceth);
 inline constexpr uint32_t kAllHeaderMasks = (1u << kExtHeaderCount) - 1;
 
 // Property bits: what kind of packet this is.
-inline constexpr uint32_t kRequestMask = 1u << 8;   // requester -> responder
-inline constexpr uint32_t kResponseMask = 1u << 9;  // responder -> requester
-inline constexpr uint32_t kFirstMask = 1u << 10;    // starts a message
-inline constexpr uint32_t kMiddleMask = 1u << 11;   // neither starts nor ends one
-inline constexpr uint32_t kLastMask = 1u << 12;     // ends a message
-inline constexpr uint32_t kPayloadMask = 1u << 13;  // may carry payload (and pad)
-inline constexpr uint32_t kSendMask = 1u << 14;
-inline constexpr uint32_t kWriteMask = 1u << 15;
-inline constexpr uint32_t kReadMask = 1u << 16;        // read request and read responses
-inline constexpr uint32_t kAtomicMask = 1u << 17;      // atomic requests and atomic ack
-inline constexpr uint32_t kAckMask = 1u << 18;         // ACKNOWLEDGE, ATOMIC ACKNOWLEDGE
-inline constexpr uint32_t kImmMask = 1u << 19;         // carries immediate data
-inline constexpr uint32_t kInvalidateMask = 1u << 20;  // carries an rkey to invalidate
-inline constexpr uint32_t kRecvWqeMask = 1u << 21;     // consumes a receive WQE at the responder
+inline constexpr uint32_t kRequestMask = 1u << 9;   // requester -> responder
+inline constexpr uint32_t kResponseMask = 1u << 10;  // responder -> requester
+inline constexpr uint32_t kFirstMask = 1u << 11;    // starts a message
+inline constexpr uint32_t kMiddleMask = 1u << 12;   // neither starts nor ends one
+inline constexpr uint32_t kLastMask = 1u << 13;     // ends a message
+inline constexpr uint32_t kPayloadMask = 1u << 14;  // may carry payload (and pad)
+inline constexpr uint32_t kSendMask = 1u << 15;
+inline constexpr uint32_t kWriteMask = 1u << 16;
+inline constexpr uint32_t kReadMask = 1u << 17;        // read request and read responses
+inline constexpr uint32_t kAtomicMask = 1u << 18;      // atomic requests and atomic ack
+inline constexpr uint32_t kAckMask = 1u << 19;         // ACKNOWLEDGE, ATOMIC ACKNOWLEDGE
+inline constexpr uint32_t kImmMask = 1u << 20;         // carries immediate data
+inline constexpr uint32_t kInvalidateMask = 1u << 21;  // carries an rkey to invalidate
+inline constexpr uint32_t kRecvWqeMask = 1u << 22;     // consumes a receive WQE at the responder
 // The Memory Placement Extensions: each is one request packet, remembered
 // for replay as READs are, and answered by a zero-length RDMA READ RESPONSE
 // ONLY (as rxe answers them).
-inline constexpr uint32_t kAtomicWriteMask = 1u << 22;  // ATOMIC WRITE: 8 bytes placed at once
-inline constexpr uint32_t kFlushMask = 1u << 23;        // FLUSH: earlier writes made visible
+inline constexpr uint32_t kAtomicWriteMask = 1u << 23;  // ATOMIC WRITE: 8 bytes placed at once
+inline constexpr uint32_t kFlushMask = 1u << 24;        // FLUSH: earlier writes made visible
 // A single-packet message both starts and ends it: Has(kOnlyMask) needs both
 // bits, Has(kFirstMask) is true for FIRST and ONLY, Has(kLastMask) for LAST and ONLY.
+// The header bits stay below the property bits.
+static_assert(kAllHeaderMasks < kRequestMask);
 inline constexpr uint32_t kOnlyMask = kFirstMask | kLastMask;
 
-enum class Transport : uint8_t { kRc, kUc, kUd };
+enum class Transport : uint8_t { kRc, kUc, kUd, kXrc };
 std::string_view ToString(Transport t);
 
 // What every packet of a family has in common; shorthands for the table rows.
@@ -148,7 +155,44 @@ inline constexpr uint32_t kReadResponseFamily = kResponseMask | kReadMask | kPay
     kWriteFamily | kOnlyMask | kRethMask | kImmDtMask | kImmMask | kRecvWqeMask)             \
   X(UD_SEND_ONLY, 0x64, kUd, kSendFamily | kOnlyMask | kDethMask)                            \
   X(UD_SEND_ONLY_WITH_IMMEDIATE, 0x65, kUd,                                                  \
-    kSendFamily | kOnlyMask | kDethMask | kImmDtMask | kImmMask)
+    kSendFamily | kOnlyMask | kDethMask | kImmDtMask | kImmMask)                             \
+  RDMAEMU_WIRE_XRC_OPCODES(X)
+
+// XRC: RC's rows at 0xA0, every request with an XRCETH.
+#define RDMAEMU_WIRE_XRC_OPCODES(X)                                                          \
+  X(XRC_SEND_FIRST, 0xa0, kXrc, kXrcethMask | kSendFamily | kFirstMask)                      \
+  X(XRC_SEND_MIDDLE, 0xa1, kXrc, kXrcethMask | kSendFamily | kMiddleMask)                    \
+  X(XRC_SEND_LAST, 0xa2, kXrc, kXrcethMask | kSendFamily | kLastMask)                        \
+  X(XRC_SEND_LAST_WITH_IMMEDIATE, 0xa3, kXrc,                                                \
+    kXrcethMask | kSendFamily | kLastMask | kImmDtMask | kImmMask)                           \
+  X(XRC_SEND_ONLY, 0xa4, kXrc, kXrcethMask | kSendFamily | kOnlyMask)                        \
+  X(XRC_SEND_ONLY_WITH_IMMEDIATE, 0xa5, kXrc,                                                \
+    kXrcethMask | kSendFamily | kOnlyMask | kImmDtMask | kImmMask)                           \
+  X(XRC_RDMA_WRITE_FIRST, 0xa6, kXrc, kXrcethMask | kWriteFamily | kFirstMask | kRethMask)   \
+  X(XRC_RDMA_WRITE_MIDDLE, 0xa7, kXrc, kXrcethMask | kWriteFamily | kMiddleMask)             \
+  X(XRC_RDMA_WRITE_LAST, 0xa8, kXrc, kXrcethMask | kWriteFamily | kLastMask)                 \
+  X(XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE, 0xa9, kXrc,                                          \
+    kXrcethMask | kWriteFamily | kLastMask | kImmDtMask | kImmMask | kRecvWqeMask)           \
+  X(XRC_RDMA_WRITE_ONLY, 0xaa, kXrc, kXrcethMask | kWriteFamily | kOnlyMask | kRethMask)     \
+  X(XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, 0xab, kXrc,                                          \
+    kXrcethMask | kWriteFamily | kOnlyMask | kRethMask | kImmDtMask | kImmMask | kRecvWqeMask) \
+  X(XRC_RDMA_READ_REQUEST, 0xac, kXrc,                                                       \
+    kXrcethMask | kRequestMask | kReadMask | kOnlyMask | kRethMask)                          \
+  X(XRC_RDMA_READ_RESPONSE_FIRST, 0xad, kXrc, kReadResponseFamily | kFirstMask | kAethMask)  \
+  X(XRC_RDMA_READ_RESPONSE_MIDDLE, 0xae, kXrc, kReadResponseFamily | kMiddleMask)            \
+  X(XRC_RDMA_READ_RESPONSE_LAST, 0xaf, kXrc, kReadResponseFamily | kLastMask | kAethMask)    \
+  X(XRC_RDMA_READ_RESPONSE_ONLY, 0xb0, kXrc, kReadResponseFamily | kOnlyMask | kAethMask)    \
+  X(XRC_ACKNOWLEDGE, 0xb1, kXrc, kResponseMask | kAckMask | kOnlyMask | kAethMask)           \
+  X(XRC_ATOMIC_ACKNOWLEDGE, 0xb2, kXrc,                                                      \
+    kResponseMask | kAckMask | kAtomicMask | kOnlyMask | kAethMask | kAtomicAckEthMask)      \
+  X(XRC_COMPARE_SWAP, 0xb3, kXrc,                                                            \
+    kXrcethMask | kRequestMask | kAtomicMask | kOnlyMask | kAtomicEthMask)                   \
+  X(XRC_FETCH_ADD, 0xb4, kXrc,                                                               \
+    kXrcethMask | kRequestMask | kAtomicMask | kOnlyMask | kAtomicEthMask)                   \
+  X(XRC_SEND_LAST_WITH_INVALIDATE, 0xb6, kXrc,                                               \
+    kXrcethMask | kSendFamily | kLastMask | kIethMask | kInvalidateMask)                     \
+  X(XRC_SEND_ONLY_WITH_INVALIDATE, 0xb7, kXrc,                                               \
+    kXrcethMask | kSendFamily | kOnlyMask | kIethMask | kInvalidateMask)
 
 enum class Opcode : uint8_t {
 #define RDMAEMU_OPCODE_ENUM_(name, value, transport, mask) name = value,
@@ -178,6 +222,7 @@ consteval size_t ExtHeaderBytes(ExtHeader h) {
   switch (h) {
     case ExtHeader::kDeth: return kDethBytes;
     case ExtHeader::kFeth: return kFethBytes;
+    case ExtHeader::kXrceth: return kXrcethBytes;
     case ExtHeader::kReth: return kRethBytes;
     case ExtHeader::kAtomicEth: return kAtomicEthBytes;
     case ExtHeader::kAeth: return kAethBytes;
@@ -245,6 +290,22 @@ constexpr const OpcodeInfo* FindOpcode(uint8_t opcode) {
 constexpr const OpcodeInfo& InfoOf(Opcode opcode) {
   return kOpcodeTable[static_cast<uint8_t>(opcode)];
 }
+
+// The transport prefix of an opcode byte (IBA 9.2: its top 3 bits); RC, UC
+// and XRC share the operation numbering below it.
+inline constexpr uint8_t kTransportPrefixMask = 0xe0;
+inline constexpr uint8_t kRcPrefix = 0x00;
+inline constexpr uint8_t kUcPrefix = 0x20;
+inline constexpr uint8_t kXrcPrefix = 0xa0;
+
+// The same operation on another connected transport (RC_SEND_ONLY on XRC is
+// XRC_SEND_ONLY); `op` is an RC, UC or XRC opcode.
+constexpr Opcode WithPrefix(Opcode op, uint8_t prefix) {
+  return static_cast<Opcode>((static_cast<uint8_t>(op) & ~kTransportPrefixMask) | prefix);
+}
+// The RC opcode of the same operation: what the completer and responder
+// compare with, whichever connected transport carried it.
+constexpr Opcode AsRc(Opcode op) { return WithPrefix(op, kRcPrefix); }
 
 // "RC_SEND_FIRST", or "opcode 0x81" for an opcode this device does not speak.
 std::string OpcodeName(uint8_t opcode);

@@ -11,7 +11,7 @@ namespace rdmaemu::wire {
 namespace {
 
 static_assert(kMaxPacketBytes ==
-              InfoOf(Opcode::RC_COMPARE_SWAP).length + kMaxPayloadBytes + kIcrcBytes);
+              InfoOf(Opcode::XRC_COMPARE_SWAP).length + kMaxPayloadBytes + kIcrcBytes);
 
 std::string Describe(const OpcodeInfo& info, size_t size) {
   return std::string(info.name) + " packet of " + std::to_string(size) + " bytes";
@@ -23,6 +23,7 @@ Status Malformed(std::string message) { return Status::Error(EBADMSG, std::move(
 std::string_view ExtHeaderName(ExtHeader h) {
   switch (h) {
     case ExtHeader::kDeth: return "DETH";
+    case ExtHeader::kXrceth: return "XRCETH";
     case ExtHeader::kFeth: return "FETH";
     case ExtHeader::kReth: return "RETH";
     case ExtHeader::kAtomicEth: return "AtomicETH";
@@ -59,7 +60,7 @@ Result<PacketView> ParsePacket(std::span<const uint8_t> udp_payload) {
   const OpcodeInfo* info = FindOpcode(bth.opcode());
   if (info == nullptr) {
     return NotSupported(OpcodeName(bth.opcode()) +
-                        " is not an RC, UC or UD opcode this device speaks");
+                        " is not an RC, UC, UD or XRC opcode this device speaks");
   }
   if (bth.tver() != 0) {
     return Status::Error(EPROTONOSUPPORT, Describe(*info, size) + " has transport version " +
@@ -127,6 +128,10 @@ Status CheckFields(const OpcodeInfo& info, const PacketFields& f, size_t payload
     return InvalidArgument(name + ": MSN " + std::to_string(f.aeth.msn) +
                            " does not fit in 24 bits");
   }
+  if (info.Has(kXrcethMask) && f.xrc_srqn > k24BitMask) {
+    return InvalidArgument(name + ": XRC SRQ number " + std::to_string(f.xrc_srqn) +
+                           " does not fit in 24 bits");
+  }
   if (info.Has(kDethMask) && f.deth.src_qpn > k24BitMask) {
     return InvalidArgument(name + ": source QPN " + std::to_string(f.deth.src_qpn) +
                            " does not fit in 24 bits");
@@ -175,6 +180,7 @@ Result<size_t> WriteBody(const PacketFields& f, Gather payload, std::span<uint8_
     deth.set_qkey(f.deth.qkey);
     deth.set_src_qpn(f.deth.src_qpn);
   }
+  if (info->Has(kXrcethMask)) XrcethView(at(ExtHeader::kXrceth)).set_srqn(f.xrc_srqn);
   if (info->Has(kFethMask)) FethView(at(ExtHeader::kFeth)).set(f.feth.placement_type, f.feth.selectivity_level);
   if (info->Has(kRethMask)) {
     RethView reth(at(ExtHeader::kReth));

@@ -24,9 +24,9 @@
 
 namespace rdmaemu::wire {
 
-// The largest packet: the longest header (atomic requests, 40 bytes), a full
-// 4096-byte payload, and the ICRC (a 4096-byte payload needs no pad).
-inline constexpr size_t kMaxPacketBytes = 40 + kMaxPayloadBytes + kIcrcBytes;
+// The largest packet: the longest header (XRC atomic requests, 44 bytes), a
+// full 4096-byte payload, and the ICRC (a 4096-byte payload needs no pad).
+inline constexpr size_t kMaxPacketBytes = 44 + kMaxPayloadBytes + kIcrcBytes;
 // The destination QPN of every multicast packet (IBA 10.5.2.1): the
 // receivers are the QPs attached to the group its destination names.
 inline constexpr uint32_t kMulticastQpn = 0xFFFFFF;
@@ -63,6 +63,7 @@ class PacketView {
   ConstDethView deth() const { return ConstDethView(Ext(ExtHeader::kDeth)); }
   ConstImmDtView imm_dt() const { return ConstImmDtView(Ext(ExtHeader::kImmDt)); }
   ConstIethView ieth() const { return ConstIethView(Ext(ExtHeader::kIeth)); }
+  ConstXrcethView xrceth() const { return ConstXrcethView(Ext(ExtHeader::kXrceth)); }
 
  private:
   friend Result<PacketView> ParsePacket(std::span<const uint8_t> udp_payload);
@@ -82,7 +83,7 @@ class PacketView {
 //   EBADMSG           too short, length not a multiple of 4, length does not
 //                     fit the opcode's headers, pad where none may be, payload
 //                     larger than 4096 bytes
-//   EOPNOTSUPP        an opcode this device does not speak (RD, XRC, CNP, ...)
+//   EOPNOTSUPP        an opcode this device does not speak (RD, CNP, ...)
 //   EPROTONOSUPPORT   a transport header version other than 0
 Result<PacketView> ParsePacket(std::span<const uint8_t> udp_payload);
 
@@ -133,6 +134,7 @@ struct PacketFields {
 
   uint32_t imm = 0;              // ImmDt, host order
   uint32_t invalidate_rkey = 0;  // IETH
+  uint32_t xrc_srqn = 0;         // XRCETH
 };
 
 // Payload gathered from several pieces, written back to back.

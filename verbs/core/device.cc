@@ -204,6 +204,7 @@ ibv_context* OpenContext(ibv_device* device, int cmd_fd, ibv_context* imported_f
   vctx->create_cq_ex = LibCreateCqEx;
   vctx->create_qp_ex = LibCreateQpEx;
   InstallWqSlots(vctx);
+  InstallXrcSlots(vctx);
   provider::StartContext(vctx);
   RegisterCmdFd(&ctx);
   Log().debug("{} {} (async fd {})", imported_from != nullptr ? "imported" : "opened", device->name,

@@ -55,6 +55,9 @@ ibv_qp* LibCreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr);
 // acknowledgements, so the library fills them, as it does create_cq_ex.
 void InstallWqSlots(verbs_context* vctx);
 
+// The XRC slots (xrc.cc): XRC domains, XRC SRQs, ibv_open_qp.
+void InstallXrcSlots(verbs_context* vctx);
+
 // Sets errno and returns NULL: the failure convention of pointer verbs.
 template <typename T>
 T* FailWith(int error) {

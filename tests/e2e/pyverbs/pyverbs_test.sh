@@ -51,8 +51,6 @@ allowed_skips=(
   'test_mlx5_timestamp\..* => Create QP type 8 is not supported|Converting timestamp to nanoseconds is not supported'
   'test_efa(dv|_srd)\..* => non EFA device'
   'test_cuda_dmabuf\..* => cuda-python'
-  # XRC (ibv_open_xrcd: EOPNOTSUPP).
-  '.*xrc.* => Create XRCD is not supported'
   # Importing a DM into a context imported from another's cmd_fd
   # (ibv_import_dm: EOPNOTSUPP); dmabuf (needs a GPU's render node).
   'test_device\.SharedDMTest\.test_import_dm => Some object imports are not supported'

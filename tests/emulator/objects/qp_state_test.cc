@@ -25,7 +25,8 @@ static_assert(kQpMaxDestRdAtomic == 1u << 17 && kQpDestQpn == 1u << 20);
 static_assert(kQpRateLimit == 1u << 25);
 static_assert(kQpKnownAttrMask == (((1u << 21) - 1) | kQpRateLimit));
 
-constexpr QpType kTypes[] = {QpType::kRc, QpType::kUc, QpType::kUd};
+constexpr QpType kTypes[] = {QpType::kRc, QpType::kUc, QpType::kUd, QpType::kXrcSend,
+                             QpType::kXrcRecv};
 constexpr QpState kStates[] = {S::kReset, S::kInit, S::kRtr, S::kRts, S::kSqd, S::kSqe, S::kErr};
 
 // The expected table, apart from the ->RESET and ->ERR rows.
@@ -81,6 +82,33 @@ const std::vector<Expected> kExpected = {
     {QpType::kUd, S::kSqd, S::kRts, 0, kUdOnTheFly},
     {QpType::kUd, S::kSqd, S::kSqd, 0, kQpPkeyIndex | kQpQkey},
     {QpType::kUd, S::kSqe, S::kRts, 0, kUdOnTheFly},
+    // XRC initiator and target, as Linux's qp_state_table (IB_QPT_XRC_INI, _TGT).
+    {QpType::kXrcSend, S::kReset, S::kInit, kQpPkeyIndex | kQpPort | kQpAccessFlags, 0},
+    {QpType::kXrcSend, S::kInit, S::kInit, 0, kQpPkeyIndex | kQpPort | kQpAccessFlags},
+    {QpType::kXrcSend, S::kInit, S::kRtr, kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn,
+     kQpAltPath | kQpAccessFlags | kQpPkeyIndex},
+    {QpType::kXrcSend, S::kRtr, S::kRts,
+     kQpSqPsn | kQpMaxQpRdAtomic | kQpRetryCnt | kQpRnrRetry | kQpTimeout, kUcOnTheFly},
+    {QpType::kXrcSend, S::kRts, S::kRts, 0, kUcOnTheFly},
+    {QpType::kXrcSend, S::kRts, S::kSqd, 0, kQpEnSqdAsyncNotify},
+    {QpType::kXrcSend, S::kSqd, S::kRts, 0, kUcOnTheFly},
+    {QpType::kXrcSend, S::kSqd, S::kSqd, 0,
+     kQpPort | kQpAv | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic | kQpAltPath |
+         kQpAccessFlags | kQpPkeyIndex | kQpPathMigState},
+    {QpType::kXrcSend, S::kSqe, S::kRts, 0, 0},
+    {QpType::kXrcRecv, S::kReset, S::kInit, kQpPkeyIndex | kQpPort | kQpAccessFlags, 0},
+    {QpType::kXrcRecv, S::kInit, S::kInit, 0, kQpPkeyIndex | kQpPort | kQpAccessFlags},
+    {QpType::kXrcRecv, S::kInit, S::kRtr,
+     kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic | kQpMinRnrTimer,
+     kQpAltPath | kQpAccessFlags | kQpPkeyIndex},
+    {QpType::kXrcRecv, S::kRtr, S::kRts, kQpSqPsn | kQpTimeout, kRcOnTheFly},
+    {QpType::kXrcRecv, S::kRts, S::kRts, 0, kRcOnTheFly},
+    {QpType::kXrcRecv, S::kRts, S::kSqd, 0, kQpEnSqdAsyncNotify},
+    {QpType::kXrcRecv, S::kSqd, S::kRts, 0, kRcOnTheFly},
+    {QpType::kXrcRecv, S::kSqd, S::kSqd, 0,
+     kQpPort | kQpAv | kQpTimeout | kQpMaxDestRdAtomic | kQpAltPath | kQpAccessFlags |
+         kQpPkeyIndex | kQpMinRnrTimer | kQpPathMigState},
+    {QpType::kXrcRecv, S::kSqe, S::kRts, 0, 0},
 };
 
 std::vector<Expected> AllLegal() {
@@ -323,6 +351,23 @@ TEST(CheckModify, IllegalTransitionMessageSaysWhereTheQpCanGo) {
   EXPECT_EQ(s.message(),
             "INIT→RTS is not a legal transition for a UC QP: from INIT it can go to RESET, INIT, "
             "RTR or ERR");
+}
+
+// xsrq_pingpong moves its XRC_RECV QP to RTS with IBV_QP_TIMEOUT and
+// IBV_QP_SQ_PSN only: a target has no retries of its own.
+TEST(CheckModify, XrcTargetTakesNoSendSideAttributes) {
+  EXPECT_TRUE(CheckModify(QpType::kXrcRecv, InState(S::kRtr), Request(S::kRtr, S::kRts),
+                          kQpState | kQpTimeout | kQpSqPsn, Limits())
+                  .ok());
+  Status s = CheckModify(QpType::kXrcRecv, InState(S::kRtr), Request(S::kRtr, S::kRts),
+                         kQpState | kQpTimeout | kQpSqPsn | kQpRetryCnt, Limits());
+  EXPECT_EQ(s.message(),
+            "attribute IBV_QP_RETRY_CNT is not allowed on RTR→RTS for an XRC_RECV QP");
+  s = CheckModify(QpType::kXrcSend, InState(S::kInit), Request(S::kInit, S::kRtr),
+                  kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMinRnrTimer,
+                  Limits());
+  EXPECT_EQ(s.message(),
+            "attribute IBV_QP_MIN_RNR_TIMER is not allowed on INIT→RTR for an XRC_SEND QP");
 }
 
 TEST(CheckModify, AnyStateGoesToResetAndAnyButResetToErr) {
@@ -767,6 +812,8 @@ TEST(QpStateNames, EveryValueHasAName) {
   EXPECT_EQ(ToString(QpType::kRc), "RC");
   EXPECT_EQ(ToString(QpType::kUc), "UC");
   EXPECT_EQ(ToString(QpType::kUd), "UD");
+  EXPECT_EQ(ToString(QpType::kXrcSend), "XRC_SEND");
+  EXPECT_EQ(ToString(QpType::kXrcRecv), "XRC_RECV");
   EXPECT_EQ(ToString(static_cast<QpType>(1)), "?");
   EXPECT_EQ(ToString(MigState::kMigrated), "MIGRATED");
   EXPECT_EQ(ToString(MigState::kArmed), "ARMED");

@@ -30,18 +30,26 @@ const std::map<uint8_t, size_t>& IbaHeaderLengths() {
       {0x20, 12}, {0x21, 12}, {0x22, 12}, {0x23, 16}, {0x24, 12}, {0x25, 16},
       {0x26, 28}, {0x27, 12}, {0x28, 12}, {0x29, 16}, {0x2a, 28}, {0x2b, 32},
       {0x64, 20}, {0x65, 24},  // UD SEND_ONLY(+IMM): BTH + DETH (+ImmDt)
+      // XRC: RC's operations; every request has an XRCETH (4) after the BTH.
+      {0xa0, 16}, {0xa1, 16}, {0xa2, 16}, {0xa3, 20}, {0xa4, 16}, {0xa5, 20},
+      {0xa6, 32}, {0xa7, 16}, {0xa8, 16}, {0xa9, 20}, {0xaa, 32}, {0xab, 36},
+      {0xac, 32},
+      {0xad, 16}, {0xae, 12}, {0xaf, 16}, {0xb0, 16},  // READ RESPONSEs: no XRCETH
+      {0xb1, 16}, {0xb2, 24},                          // ACKNOWLEDGE, ATOMIC ACKNOWLEDGE
+      {0xb3, 44}, {0xb4, 44},
+      {0xb6, 20}, {0xb7, 20},
   };
   return lengths;
 }
 
-TEST(OpcodeTable, SpeaksExactlyTheRcUcAndUdOpcodesOfTheIba) {
+TEST(OpcodeTable, SpeaksExactlyTheRcUcUdAndXrcOpcodesOfTheIba) {
   const auto& expected = IbaHeaderLengths();
   for (int op = 0; op < 256; ++op) {
     const OpcodeInfo* info = FindOpcode(static_cast<uint8_t>(op));
     EXPECT_EQ(info != nullptr, expected.count(static_cast<uint8_t>(op)) == 1)
         << "opcode 0x" << std::hex << op;
   }
-  EXPECT_EQ(expected.size(), 39u);  // RC 25, UC 12, UD 2
+  EXPECT_EQ(expected.size(), 62u);  // RC 25, UC 12, UD 2, XRC 23
 }
 
 TEST(OpcodeTable, HeaderLengthsMatchTheIba) {
@@ -65,12 +73,14 @@ TEST(OpcodeTable, NameAndTransportAgreeWithTheOpcodePrefix) {
     const OpcodeInfo* info = FindOpcode(static_cast<uint8_t>(op));
     if (info == nullptr) continue;
     const int prefix = op & 0xe0;
-    const Transport want = prefix == 0x00 ? Transport::kRc
+    const Transport want = prefix == 0x00   ? Transport::kRc
                            : prefix == 0x20 ? Transport::kUc
+                           : prefix == 0xa0 ? Transport::kXrc
                                             : Transport::kUd;
-    EXPECT_TRUE(prefix == 0x00 || prefix == 0x20 || prefix == 0x60) << info->name;
+    EXPECT_TRUE(prefix == 0x00 || prefix == 0x20 || prefix == 0x60 || prefix == 0xa0) << info->name;
     EXPECT_EQ(info->transport, want) << info->name;
-    EXPECT_EQ(info->name.substr(0, 3), std::string(ToString(want)) + "_") << info->name;
+    const std::string tag = std::string(ToString(want)) + "_";
+    EXPECT_EQ(info->name.substr(0, tag.size()), tag) << info->name;
   }
 }
 
@@ -87,7 +97,7 @@ TEST(OpcodeTable, ExtensionHeadersFollowTheBthBackToBackInWireOrder) {
   for (const OpcodeInfo& info : kOpcodeTable) {
     if (!info.valid()) continue;
     size_t at = 12;
-    const size_t sizes[kExtHeaderCount] = {8, 4, 16, 28, 4, 8, 4, 4};  // in ExtHeader order
+    const size_t sizes[kExtHeaderCount] = {8, 4, 4, 16, 28, 4, 8, 4, 4};  // in ExtHeader order
     for (size_t i = 0; i < kExtHeaderCount; ++i) {
       const auto h = static_cast<ExtHeader>(i);
       if (info.Has(MaskOf(h))) {
@@ -174,6 +184,25 @@ TEST(OpcodeName, NamesSpokenOpcodesAndShowsOthersInHex) {
   EXPECT_EQ(OpcodeName(0x1d), "RC_ATOMIC_WRITE");
   EXPECT_EQ(OpcodeName(0x3d), "opcode 0x3d");  // no ATOMIC WRITE on UC
   EXPECT_EQ(OpcodeName(0x44), "opcode 0x44");  // RD SEND_ONLY
+}
+
+// IBA 9.2 / rxe_opcode.c: XRC requests carry the 4-byte XRCETH right after
+// the BTH; XRC responses carry none.
+TEST(OpcodeTable, XrcRequestsCarryXrcethAfterTheBth) {
+  for (int op = 0xa0; op < 0xc0; ++op) {
+    const OpcodeInfo* info = FindOpcode(static_cast<uint8_t>(op));
+    if (info == nullptr) continue;
+    EXPECT_EQ(info->Has(kXrcethMask), info->Has(kRequestMask)) << info->name;
+    if (info->Has(kXrcethMask)) {
+      EXPECT_EQ(info->OffsetOf(ExtHeader::kXrceth), kBthBytes) << info->name;
+      EXPECT_EQ(info->length, InfoOf(AsRc(info->opcode)).length + kXrcethBytes) << info->name;
+    }
+  }
+  EXPECT_EQ(InfoOf(Opcode::XRC_SEND_ONLY).length, 16);
+  EXPECT_EQ(InfoOf(Opcode::XRC_RDMA_WRITE_FIRST).OffsetOf(ExtHeader::kReth), 16u);
+  EXPECT_EQ(InfoOf(Opcode::XRC_ACKNOWLEDGE).length, 16);
+  EXPECT_EQ(WithPrefix(Opcode::RC_SEND_ONLY, kXrcPrefix), Opcode::XRC_SEND_ONLY);
+  EXPECT_EQ(AsRc(Opcode::XRC_ATOMIC_ACKNOWLEDGE), Opcode::RC_ATOMIC_ACKNOWLEDGE);
 }
 
 }  // namespace

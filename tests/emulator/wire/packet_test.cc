@@ -44,6 +44,7 @@ PacketFields DistinctFields(const OpcodeInfo& info) {
   f.deth = {.qkey = 0x80010000 | op, .src_qpn = 0x123400 | op};
   f.imm = 0xdead0000 | op;
   f.invalidate_rkey = 0xc0000000 | op;
+  f.xrc_srqn = 0x5a5a00 | op;
   return f;
 }
 
@@ -122,7 +123,43 @@ TEST(BuildThenParse, EverySpokenOpcodeRoundTripsEveryField) {
     if (p.Has(kIethMask)) {
       EXPECT_EQ(p.ieth().rkey(), f.invalidate_rkey);
     }
+    if (p.Has(kXrcethMask)) {
+      EXPECT_EQ(p.xrceth().srqn(), f.xrc_srqn);
+    }
   }
+}
+
+// What tshark's "XRC Extended Transport Header" decodes: the reserved byte,
+// then the 24-bit XRC SRQ number, right after the BTH (IBA 9.2; rxe).
+TEST(BuildPacket, WritesXrcSendOnlyByteForByte) {
+  PacketFields f;
+  f.opcode = Opcode::XRC_SEND_ONLY;
+  f.bth.dest_qpn = 0x12;
+  f.bth.ack_req = true;
+  f.bth.psn = 7;
+  f.xrc_srqn = 0x000203;
+  const Bytes payload = {1, 2, 3, 4};
+  Bytes buf(64);
+  Result<size_t> len = BuildPacket(f, std::span<const uint8_t>(payload), buf);
+  ASSERT_TRUE(len.ok()) << len.status().message();
+  buf.resize(*len);
+  const Bytes want = {
+      0xa4, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x12, 0x80, 0x00, 0x00, 0x07,  // BTH
+      0x00, 0x00, 0x02, 0x03,                                                  // XRCETH
+      1,    2,    3,    4,                                                     // payload
+      0x00, 0x00, 0x00, 0x00,                                                  // ICRC (later)
+  };
+  EXPECT_EQ(buf, want);
+}
+
+TEST(BuildPacket, RejectsA25BitXrcSrqNumber) {
+  PacketFields f;
+  f.opcode = Opcode::XRC_SEND_ONLY;
+  f.xrc_srqn = 0x1000000;
+  Bytes buf(64);
+  const Status s = BuildPacket(f, std::span<const uint8_t>(), buf).status();
+  EXPECT_EQ(s.code(), EINVAL);
+  EXPECT_TRUE(Contains(s, "XRC SRQ number")) << s.message();
 }
 
 TEST(BuildPacket, WritesRdmaWriteOnlyWithImmediateByteForByte) {
@@ -303,7 +340,7 @@ TEST(ParsePacket, RejectsCnpAsAnOpcodeItDoesNotSpeak) {
                      0,    0,    0,    0,    0,    0,    0,    0,    0, 0, 0, 0, 0x82, 0xfd, 0x00, 0x2a};
   const Status s = ParsePacket(cnp).status();
   EXPECT_EQ(s.code(), EOPNOTSUPP);
-  EXPECT_TRUE(Contains(s, "opcode 0x81 is not an RC, UC or UD opcode")) << s.message();
+  EXPECT_TRUE(Contains(s, "opcode 0x81 is not an RC, UC, UD or XRC opcode")) << s.message();
 }
 
 TEST(ParsePacket, RejectsATransportVersionOtherThan0) {
