@@ -292,7 +292,9 @@ int DetachCq(ibv_cq* ibv) {
   // The engine completes into a CQ only through its QPs, so a CQ no QP
   // uses receives nothing more.
   if (int users = ToCq(ibv)->users.load(); users != 0) {
-    Log().warn("ibv_destroy_cq: {} QP(s) still complete into this CQ; destroy them first", users);
+    Log().warn("ibv_destroy_cq: {} send or receive queue(s) of QPs still complete into this CQ; destroy "
+               "the QPs first",
+               users);
     return EBUSY;
   }
   // From here no control-plane event can name it (Remove waits for one

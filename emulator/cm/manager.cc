@@ -1,9 +1,11 @@
 #include "emulator/cm/manager.h"
 
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -178,6 +180,13 @@ Status Manager::Init(uint32_t abi_version, rdmaemu_cm_deliver_fn deliver) {
   if (deliver == nullptr) return InvalidArgument("no event function");
   std::lock_guard lock(mu_);
   if (deliver_ != nullptr && deliver_ != deliver) return Busy("another librdmacm registered first");
+  if (deliver_ == nullptr) {
+    // The kernel destroys a process's ids when its rdma_cm file closes, so a
+    // peer hears at once that a program ended with connections open (DREQ,
+    // DREP, REJ). The process's end is the file's close here.
+    owner_pid_ = getpid();
+    if (this == &Get()) std::atexit([] { Get().CloseForExit(); });
+  }
   deliver_ = deliver;
   return Status::Ok();
 }
@@ -223,6 +232,11 @@ Status Manager::DestroyId(uint32_t num) {
   std::lock_guard lock(mu_);
   auto it = ids_.find(num);
   if (it == ids_.end() || it->second->detached) return NotFound(fmt::format("cm id {} does not exist", num));
+  DestroyLocked(it, /*process_ends=*/false);
+  return Status::Ok();
+}
+
+void Manager::DestroyLocked(IdMap::iterator it, bool process_ends) {
   Id& id = *it->second;
   switch (id.state) {
     case State::kReqRcvd:
@@ -247,26 +261,49 @@ Status Manager::DestroyId(uint32_t num) {
       SendLocked(id, EncodeDrep({id.local_comm_id, id.remote_comm_id}, id.tid));
       break;
     case State::kEstablished: {
-      // The peer still has a connection: end it, and finish the DREQ's
-      // retries without the library.
+      // The peer still has a connection: end it.
       id.tid = (uint64_t{comm_id_seed_} << 32) | id.local_comm_id;
-      SendRetriedLocked(id, Encode(Dreq{id.local_comm_id, id.remote_comm_id, id.remote_qpn}, id.tid),
+      MadBytes dreq = Encode(Dreq{id.local_comm_id, id.remote_comm_id, id.remote_qpn}, id.tid);
+      if (process_ends) {
+        // Nobody is left to retry: one DREQ, as the kernel's cm_destroy_id
+        // sends before it enters timewait.
+        SendLocked(id, dreq);
+        break;
+      }
+      // Finish the DREQ's retries without the library.
+      SendRetriedLocked(id, std::move(dreq),
                         2 * FromIbTime(timing_.packet_life_time) + FromIbTime(id.peer_response_timeout));
       id.retries_left = id.peer_max_retries;
       id.state = State::kDreqSent;
       id.detached = true;
       id.bound = false;
-      return Status::Ok();
+      return;
     }
     case State::kDreqSent:
+      if (process_ends) break;
       id.detached = true;
       id.bound = false;
-      return Status::Ok();
+      return;
     default:
       break;
   }
   RemoveLocked(it);
-  return Status::Ok();
+}
+
+void Manager::CloseForExit() {
+  std::vector<Wire*> wires;
+  {
+    std::lock_guard lock(mu_);
+    if (owner_pid_ != getpid()) return;  // a forked child: the ids are its parent's
+    while (!ids_.empty()) DestroyLocked(ids_.begin(), /*process_ends=*/true);
+    for (auto& [index, d] : devices_) {
+      if (d.wire != nullptr) wires.push_back(d.wire);
+    }
+  }
+  // What the ids owed their peers is queued: let the engines send it before
+  // the process is gone, or peers wait out their retries for an answer.
+  const auto deadline = Clock::now() + std::chrono::milliseconds(200);
+  for (Wire* w : wires) w->Flush(deadline);
 }
 
 Status Manager::CheckPortFreeLocked(const Id& self, uint32_t ip, uint16_t port) const {

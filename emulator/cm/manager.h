@@ -15,6 +15,7 @@
 #pragma once
 
 #include <netinet/in.h>
+#include <sys/types.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -44,6 +45,9 @@ class Wire {
   // any thread, never blocks. Loss is the retries' business.
   virtual void SendMad(uint8_t port, uint32_t dst_ip, uint8_t traffic_class,
                        std::span<const uint8_t> mad) = 0;
+  // Waits (until `deadline` at most) for the MADs handed over so far to
+  // leave; for a process about to end.
+  virtual void Flush(std::chrono::steady_clock::time_point deadline) = 0;
 };
 
 struct DevicePort {
@@ -99,6 +103,11 @@ class Manager {
   Status Establish(uint32_t id);
   Status Disconnect(uint32_t id);
   Status SetOption(uint32_t id, int name, uint32_t value);
+  // The process is ending (atexit, registered by Init): every id is
+  // destroyed as the kernel destroys them when the process's rdma_cm file
+  // closes, each sending once what it owes its peer, and the MADs are
+  // flushed. Does nothing in a forked child.
+  void CloseForExit();
 
   // MADs dropped as malformed, hostile or for nobody (rdmaemu stats).
   uint64_t dropped() const;
@@ -146,6 +155,9 @@ class Manager {
   void StopRetryLocked(Id& id);
   void EnterTimewaitLocked(Id& id);
   void RemoveLocked(IdMap::iterator it);
+  // Destroys the id, answering its peer (REJ, DREP, DREQ); an established
+  // id keeps retrying its DREQ detached unless the process ends.
+  void DestroyLocked(IdMap::iterator it, bool process_ends);
   void CountDropLocked(const char* why, uint32_t src_ip);
 
   void OnReqLocked(int device, uint8_t port, uint32_t src_ip, uint64_t tid, std::span<const uint8_t> mad);
@@ -173,6 +185,7 @@ class Manager {
   uint64_t dropped_ = 0;
   std::thread timer_;
   bool stopping_ = false;
+  pid_t owner_pid_ = 0;  // the process that called Init
 };
 
 }  // namespace rdmaemu::cm

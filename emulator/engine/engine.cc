@@ -614,8 +614,15 @@ void Engine::SendMad(uint8_t port, uint32_t dst_ip, uint8_t traffic_class,
   {
     std::lock_guard lock(mads_mu_);
     mads_.push_back(q);
+    ++mads_queued_;
   }
   loop_->Ring();
+}
+
+void Engine::Flush(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mads_mu_);
+  const uint64_t target = mads_queued_;
+  mads_sent_cv_.wait_until(lock, deadline, [&] { return mads_sent_ >= target; });
 }
 
 void Engine::SendQueuedMads() {
@@ -635,6 +642,13 @@ void Engine::SendQueuedMads() {
     f.deth.src_qpn = cm::kGsiQpn;
     const std::span<const uint8_t> payload(q.mad);
     Transmit(nullptr, f, wire::Gather(&payload, 1), q.dst_ip, q.port, q.traffic_class);
+  }
+  if (!mads.empty()) {
+    {
+      std::lock_guard lock(mads_mu_);
+      mads_sent_ += mads.size();
+    }
+    mads_sent_cv_.notify_all();
   }
 }
 

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -134,6 +135,7 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // (SendQueuedMads) like any UD packet: through fault rules and capture.
   void SendMad(uint8_t port, uint32_t dst_ip, uint8_t traffic_class,
                std::span<const uint8_t> mad) override;
+  void Flush(std::chrono::steady_clock::time_point deadline) override;
   void SendQueuedMads();
   // A packet for QP1, the General Services Interface: a CM MAD goes to the
   // connection manager; anything else there is dropped and counted.
@@ -345,6 +347,9 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   };
   std::mutex mads_mu_;
   std::vector<QueuedMad> mads_;  // guarded by mads_mu_: MADs for the loop to send
+  uint64_t mads_queued_ = 0;     // guarded by mads_mu_: ever handed to SendMad
+  uint64_t mads_sent_ = 0;       // guarded by mads_mu_: of those, transmitted
+  std::condition_variable mads_sent_cv_;
 
   PacketTracer tracer_;  // per-packet trace lines, rate-limited (trace.h)
 

@@ -57,6 +57,7 @@ class Net {
       }
       net_->queue.push_back(m);
     }
+    void Flush(std::chrono::steady_clock::time_point) override {}  // Pump delivers
 
    private:
     Net* net_;
@@ -339,6 +340,64 @@ TEST_F(ManagerTest, DestroyingAConnectedIdDisconnectsThePeer) {
   ASSERT_TRUE(server_.DestroyId(child).ok());  // sends the DREP the client still waits for
   net_.Pump();
   EXPECT_EQ(client_.ids(), 0u);
+}
+
+// A program that ends with connections open: the kernel destroys its ids
+// when the process's rdma_cm file closes, so the peer hears of it at once.
+TEST_F(ManagerTest, ProcessEndAnswersEveryPeer) {
+  Listen();
+  const uint32_t active = Connect(2, 7471);
+  WaitFor(1, 1);
+  const uint32_t child = Of(1)[0].child;
+  ASSERT_TRUE(server_.Accept(child, Reply(0x77)).ok());
+  WaitFor(2, 1);
+  ASSERT_TRUE(client_.Establish(active).ok());
+  net_.Pump();
+  ASSERT_TRUE(client_.Disconnect(active).ok());  // DREQ; the server never answers itself
+  net_.Pump();
+  const int dreps = net_.Sent(AttributeId::kDrep);
+  server_.CloseForExit();  // in DREQ received: the DREP the client waits for
+  net_.Pump();
+  EXPECT_EQ(server_.ids(), 0u);
+  EXPECT_EQ(net_.Sent(AttributeId::kDrep), dreps + 1);
+  WaitFor(2, 3);  // CONNECT_RESPONSE, DISCONNECTED on the DREP, TIMEWAIT_EXIT
+  const std::vector<int> types = Types(2);
+  EXPECT_NE(std::find(types.begin(), types.end(), RDMAEMU_CM_EVENT_DISCONNECTED), types.end());
+
+}
+
+TEST_F(ManagerTest, ProcessEndDisconnectsAnEstablishedPeerOnce) {
+  Listen();
+  const uint32_t active = Connect(2, 7471);
+  WaitFor(1, 1);
+  const uint32_t child = Of(1)[0].child;
+  ASSERT_TRUE(server_.Accept(child, Reply(0x77)).ok());
+  WaitFor(2, 1);
+  ASSERT_TRUE(client_.Establish(active).ok());
+  net_.Pump();
+  net_.drop = 1;  // the one DREQ is lost: nobody is left to retry it
+  client_.CloseForExit();
+  net_.Pump(200ms);  // longer than a retry interval
+  EXPECT_EQ(client_.ids(), 0u);
+  EXPECT_EQ(net_.Sent(AttributeId::kDreq), 1);
+
+  const uint32_t again = Connect(3, 7471);
+  WaitFor(1, 2);
+  const uint32_t child2 = Of(1)[1].child;
+  ASSERT_TRUE(server_.Accept(child2, Reply(0x78)).ok());
+  WaitFor(3, 1);
+  ASSERT_TRUE(client_.Establish(again).ok());
+  net_.Pump();
+  client_.CloseForExit();
+  net_.Pump();
+  std::vector<int> child_types;
+  {
+    std::lock_guard lock(events_mu);
+    for (const auto& e : events) {
+      if (e.id == child2) child_types.push_back(e.event);
+    }
+  }
+  EXPECT_EQ(child_types, (std::vector<int>{RDMAEMU_CM_EVENT_ESTABLISHED, RDMAEMU_CM_EVENT_DISCONNECTED}));
 }
 
 TEST_F(ManagerTest, SidrResolvesTheServiceQp) {

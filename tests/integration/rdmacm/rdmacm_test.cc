@@ -899,4 +899,52 @@ TEST(TwoProcess, ServerAndClient) {
   rdma_destroy_event_channel(channel);
 }
 
+// A program that exits with its connection open: its ids go as the
+// kernel's do when the process's rdma_cm file closes, so the peer is
+// disconnected at once instead of waiting on a connection nobody holds.
+// RDMACM_TEST_ROLE=leaving-server accepts and exits; =staying-client
+// connects and waits for DISCONNECTED.
+TEST(TwoProcess, PeerThatExitsDisconnects) {
+  const char* role = std::getenv("RDMACM_TEST_ROLE");
+  const char* address = std::getenv("RDMACM_TEST_ADDRESS");
+  if (role == nullptr || address == nullptr || std::string(role).find('-') == std::string::npos) {
+    GTEST_SKIP() << "run by rdmacm_test.sh";
+  }
+  rdma_event_channel* channel = rdma_create_event_channel();
+  ASSERT_NE(channel, nullptr);
+  in_addr addr{};
+  ASSERT_EQ(inet_pton(AF_INET, address, &addr), 1);
+  sockaddr_in sin = Ipv4(addr, 7471);
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_id(channel, &id, nullptr, RDMA_PS_TCP), 0);
+  ibv_qp_init_attr attr = QpAttr(IBV_QPT_RC);
+  if (std::string(role) == "leaving-server") {
+    ASSERT_EQ(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&sin)), 0) << std::strerror(errno);
+    ASSERT_EQ(rdma_listen(id, 1), 0);
+    std::printf("listening\n");
+    std::fflush(stdout);
+    rdma_cm_event* request = Expect(channel, RDMA_CM_EVENT_CONNECT_REQUEST);
+    ASSERT_NE(request, nullptr);
+    rdma_cm_id* child = request->id;
+    ASSERT_EQ(rdma_create_qp(child, nullptr, &attr), 0);
+    rdma_conn_param param{};
+    ASSERT_EQ(rdma_accept(child, &param), 0);
+    rdma_ack_cm_event(request);
+    ExpectAndAck(channel, RDMA_CM_EVENT_ESTABLISHED);
+    std::exit(::testing::Test::HasFailure() ? 1 : 0);  // nothing destroyed
+  }
+  ASSERT_EQ(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&sin), 2000), 0);
+  ExpectAndAck(channel, RDMA_CM_EVENT_ADDR_RESOLVED);
+  ASSERT_EQ(rdma_resolve_route(id, 2000), 0);
+  ExpectAndAck(channel, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  ASSERT_EQ(rdma_create_qp(id, nullptr, &attr), 0);
+  rdma_conn_param param{};
+  ASSERT_EQ(rdma_connect(id, &param), 0);
+  ExpectAndAck(channel, RDMA_CM_EVENT_ESTABLISHED);
+  ExpectAndAck(channel, RDMA_CM_EVENT_DISCONNECTED);  // the server's DREQ at its exit
+  rdma_destroy_qp(id);
+  EXPECT_EQ(rdma_destroy_id(id), 0);
+  rdma_destroy_event_channel(channel);
+}
+
 }  // namespace

@@ -48,16 +48,33 @@ for engine in uring epoll; do
   address="127.0.0.$base"
   sout="$tmp/server-$engine.out"
   RDMACM_TEST_ROLE=server RDMACM_TEST_ADDRESS=$address timeout 60 \
-    "$rdmaemu" run -- "$prog" --gtest_filter='TwoProcess.*' >"$sout" 2>&1 &
+    "$rdmaemu" run -- "$prog" --gtest_filter='TwoProcess.ServerAndClient' >"$sout" 2>&1 &
   spid=$!
   checks=$((checks + 1))
   if wait_for "$sout" '^listening$'; then
     RDMACM_TEST_ROLE=client RDMACM_TEST_ADDRESS=$address \
-      t "$engine-two-process-client" 0 "$rdmaemu" run -- "$prog" --gtest_filter='TwoProcess.*'
+      t "$engine-two-process-client" 0 "$rdmaemu" run -- "$prog" --gtest_filter='TwoProcess.ServerAndClient'
   else
     fail "$engine: the server did not listen:"; sed 's/^/    /' "$sout" | head -20
   fi
   wait "$spid" || { fail "$engine: the server failed:"; sed 's/^/    /' "$sout" | head -40; }
+
+  # A server that exits with the connection open disconnects its client.
+  base=$((base + 1))
+  address="127.0.0.$base"
+  sout="$tmp/leaving-server-$engine.out"
+  RDMACM_TEST_ROLE=leaving-server RDMACM_TEST_ADDRESS=$address timeout 60 \
+    "$rdmaemu" run -- "$prog" --gtest_filter='TwoProcess.PeerThatExitsDisconnects' >"$sout" 2>&1 &
+  spid=$!
+  checks=$((checks + 1))
+  if wait_for "$sout" '^listening$'; then
+    RDMACM_TEST_ROLE=staying-client RDMACM_TEST_ADDRESS=$address \
+      t "$engine-peer-exits-client" 0 "$rdmaemu" run -- "$prog" \
+      --gtest_filter='TwoProcess.PeerThatExitsDisconnects'
+  else
+    fail "$engine: the leaving server did not listen:"; sed 's/^/    /' "$sout" | head -20
+  fi
+  wait "$spid" || { fail "$engine: the leaving server failed:"; sed 's/^/    /' "$sout" | head -40; }
 
   # Debian's rping, unmodified, server and client.
   if command -v rping >/dev/null; then
