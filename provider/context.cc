@@ -138,8 +138,11 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
                        IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
                        IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE |
                        IBV_DEVICE_AUTO_PATH_MIG | IBV_DEVICE_MEM_WINDOW |
-                       IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B |
-                       IBV_DEVICE_XRC;
+                       // Type 2B only: a type 2 window answers on the QP that
+                       // bound it and no other, the rule the responder
+                       // enforces. A device is one kind or the other (mlx4
+                       // sets one of the two bits; rxe and mlx5 set 2B).
+                       IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC;
   o.max_sge = device::kMaxSge;
   o.max_sge_rd = device::kMaxSgeRd;
   o.max_cq = device::kMaxCq;

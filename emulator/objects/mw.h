@@ -30,8 +30,8 @@
 
 namespace rdmaemu::objects {
 
-// ibv_mw_type's numbering. Type 2 stands for both 2A and 2B here: a type 2
-// window is usable only through the QP that bound it (the stricter 2B rule).
+// ibv_mw_type's numbering. Type 2 windows are type 2B, as the device
+// reports: usable only through the QP that bound them.
 enum class MwType : uint8_t { kType1 = 1, kType2 = 2 };
 
 inline constexpr uint32_t kMwKeyBit = 0x80000000u;

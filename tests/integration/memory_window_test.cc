@@ -164,7 +164,8 @@ TEST_F(MemoryWindowTest, DeviceReportsMemoryWindowsAndMaxMw) {
   ibv_device_attr attr{};
   ASSERT_EQ(ibv_query_device(ctx_, &attr), 0);
   EXPECT_TRUE(attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW);
-  EXPECT_TRUE(attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2A);
+  // 2B, the rule enforced (a window answers on its QP only), and not 2A.
+  EXPECT_FALSE(attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2A);
   EXPECT_TRUE(attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B);
   EXPECT_GT(attr.max_mw, 0);
 }
