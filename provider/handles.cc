@@ -22,6 +22,7 @@ struct Entry {
   ibv_context* context;
   bool retired = false;  // being destroyed: only acknowledgements may name it
   std::shared_ptr<const check::Stack> created;  // with the checker on
+  bool library = false;  // librdmacm's own, kept for the process's life: no leak
 };
 
 // With the checker on: what a destroyed object was, for a verb that names it
@@ -237,7 +238,9 @@ void LeakScan() {
   {
     std::lock_guard lock(g_mu);
     for (const auto& [object, entry] : g_live) {
-      if (!entry.retired) by_kind[static_cast<int>(entry.kind)].emplace_back(object, entry);
+      if (!entry.retired && !entry.library) {
+        by_kind[static_cast<int>(entry.kind)].emplace_back(object, entry);
+      }
     }
   }
   for (auto& [k, objects] : by_kind) {
@@ -264,6 +267,11 @@ void LeakScan() {
 }
 
 }  // namespace
+
+void MarkLibraryObject(const void* object) {
+  std::lock_guard lock(g_mu);
+  if (auto it = g_live.find(object); it != g_live.end()) it->second.library = true;
+}
 
 bool AckableHandle(const void* object, Kind kind, const char* verb) {
   return Find(object, kind, true, verb, nullptr).has_value();

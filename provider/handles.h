@@ -46,6 +46,10 @@ bool Retired(const void* object);
 // Every live (not retired) object of `kind` (the checker's scans at exit).
 std::vector<const void*> LiveHandles(Kind kind);
 
+// Marks a live object as librdmacm's own (its per-device context and PD,
+// kept for the process's life): the checker's leak scan skips it.
+void MarkLibraryObject(const void* object);
+
 // The context of the live `kind` at `object`; NULL, with a line naming
 // `verb` and the object (`what`, e.g. "send_cq"; the kind's name if NULL),
 // when `object` is NULL, destroyed, a copy, made up, of another kind, or its

@@ -301,8 +301,10 @@ void Manager::CloseForExit() {
     }
   }
   // What the ids owed their peers is queued: let the engines send it before
-  // the process is gone, or peers wait out their retries for an answer.
-  const auto deadline = Clock::now() + std::chrono::milliseconds(200);
+  // the process is gone, or peers wait out their retries for an answer. Sent
+  // at once normally; the bound is for an engine thread a loaded machine
+  // has not scheduled yet (200 ms lost the DREQ under two compiler jobs).
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
   for (Wire* w : wires) w->Flush(deadline);
 }
 

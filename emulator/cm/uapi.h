@@ -193,6 +193,24 @@ int rdmaemu_cm_set_option(uint32_t id, int name, uint32_t value);
  * open already, EINVAL if its address is configured. */
 int rdmaemu_cm_claim_address(struct ibv_device* device, const struct in_addr* addr);
 
+/* The verbs checker (docs/check.md), for the RDMA CM checks librdmacm makes
+ * (its reports join libibverbs' own: one summary, one exit status). */
+/* 1 when the checker is on (RDMAEMU_CHECK), else 0. */
+int rdmaemu_cm_check_on(void);
+/* One report of `kind` (a KIND of docs/check.md, e.g. "ack-mismatch",
+ * "leak") saying `what`, with the caller's stack. */
+void rdmaemu_cm_check_report(const char* kind, const char* what);
+/* Runs `scan` at exit, before the checker's summary. */
+void rdmaemu_cm_check_at_exit(void (*scan)(void));
+/* `object`, a context or PD librdmacm keeps for the process's life, is
+ * never reported as a leak. */
+void rdmaemu_cm_check_library_object(const void* object);
+/* `object`, an rdma_cm_id or event channel called `name` in reports, was
+ * made by the caller: alive at exit, it is a leak, reported with this
+ * stack. Untracked when destroyed. */
+void rdmaemu_cm_check_track(const void* object, const char* name);
+void rdmaemu_cm_check_untrack(const void* object);
+
 #ifdef __cplusplus
 }
 #endif

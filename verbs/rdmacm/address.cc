@@ -15,6 +15,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "verbs/rdmacm/check.h"
 #include "verbs/rdmacm/library.h"
 
 namespace rdmaemu::rdmacm {
@@ -90,6 +91,10 @@ int OpenLocked(Device* device) {
     return error;
   }
   device->index = ibv_get_device_index(device->device);
+  // Kept for the process's life, as rdma-core's librdmacm keeps them: the
+  // checker must not call them the program's leaks.
+  CheckLibraryObject(context);
+  CheckLibraryObject(device->pd);
   device->context.store(context, std::memory_order_release);
   Log().debug("rdma cm: opened {} ({})", ibv_get_device_name(device->device), DeviceAddresses());
   return 0;

@@ -14,6 +14,9 @@
 #include <new>
 #include <unordered_set>
 
+#include <fmt/format.h>
+
+#include "verbs/rdmacm/check.h"
 #include "verbs/rdmacm/id.h"
 #include "verbs/rdmacm/library.h"
 #include "verbs/rdmacm/multicast.h"
@@ -74,6 +77,11 @@ std::vector<Event*> RemoveQueued(Channel* channel, Match match) {
   return removed;
 }
 
+// Every channel made and not yet deleted (LiveChannel): a stale or made-up
+// pointer is refused, never followed (its mutex may be garbage: a hang).
+std::mutex g_live_mu;
+std::unordered_set<const rdma_event_channel*> g_live;  // guarded by g_live_mu
+
 }  // namespace
 
 Channel* NewChannel() {
@@ -86,10 +94,27 @@ Channel* NewChannel() {
     delete channel;
     return FailNull<Channel>(error);
   }
+  std::lock_guard lock(g_live_mu);
+  g_live.insert(&channel->channel);
   return channel;
 }
 
+bool LiveChannel(const rdma_event_channel* channel, const char* verb) {
+  {
+    std::lock_guard lock(g_live_mu);
+    if (g_live.contains(channel)) return true;
+  }
+  Log().warn("{}: {} is not an event channel of this process: destroyed already, a copy, or "
+             "never made by rdma_create_event_channel",
+             verb, static_cast<const void*>(channel));
+  return false;
+}
+
 void DeleteChannel(Channel* channel) {
+  {
+    std::lock_guard lock(g_live_mu);
+    g_live.erase(&channel->channel);
+  }
   ::close(channel->channel.fd);
   for (Event* event : channel->queue) delete event;
   delete channel;
@@ -188,7 +213,9 @@ extern "C" {
 rdma_event_channel* rdma_create_event_channel(void) {
   if (int error = Init(); error != 0) return FailNull<rdma_event_channel>(error);
   Channel* channel = NewChannel();
-  return channel == nullptr ? nullptr : &channel->channel;
+  if (channel == nullptr) return nullptr;
+  CheckTrack(channel, fmt::format("event channel fd {}", channel->channel.fd));
+  return &channel->channel;
 }
 
 void rdma_destroy_event_channel(rdma_event_channel* channel) {
@@ -196,6 +223,7 @@ void rdma_destroy_event_channel(rdma_event_channel* channel) {
     rdmaemu::Log().warn("rdma_destroy_event_channel: the channel is NULL");
     return;
   }
+  if (!LiveChannel(channel, "rdma_destroy_event_channel")) return;
   Channel* ch = ToChannel(channel);
   if (int ids = ch->ids.load(); ids > 0) {
     // The ids would deliver into freed memory: keep the channel (leaked).
@@ -212,6 +240,7 @@ void rdma_destroy_event_channel(rdma_event_channel* channel) {
                           channel->fd, ch->queue.size());
     }
   }
+  CheckUntrack(ch);
   DeleteChannel(ch);
 }
 

@@ -66,6 +66,9 @@ inline Channel* ToChannel(rdma_event_channel* channel) {
 // A new channel with its eventfd, or NULL with errno.
 Channel* NewChannel();
 void DeleteChannel(Channel* channel);
+// True if `channel` is one NewChannel made and DeleteChannel has not
+// deleted; otherwise logs that `verb` was given something else.
+bool LiveChannel(const rdma_event_channel* channel, const char* verb);
 
 // Queues `event` on the channel `target` routes to now (the routing can
 // change under rdma_migrate_id: the push retries until it holds the lock of

@@ -175,6 +175,7 @@ int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
     Log().warn("rdma_migrate_id: id {} has its own channel already", p->handle);
     return Fail(EINVAL);
   }
+  if (channel != nullptr && !LiveChannel(channel, "rdma_migrate_id")) return Fail(EINVAL);
   Channel* to = channel != nullptr ? ToChannel(channel) : NewChannel();
   if (to == nullptr) return -1;
   Channel* from = p->route.load();

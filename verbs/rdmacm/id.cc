@@ -11,14 +11,22 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <string>
 #include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "verbs/rdmacm/address.h"
+#include "verbs/rdmacm/check.h"
 #include "verbs/rdmacm/library.h"
 #include "verbs/rdmacm/multicast.h"
 
 namespace rdmaemu::rdmacm {
 namespace {
+
+void ScanAtExit();
 
 pthread_once_t g_once = PTHREAD_ONCE_INIT;
 int g_init_error = 0;
@@ -43,7 +51,9 @@ void InitOnce() {
     Log().error("rdma cm: the device's connection manager refused to start: {}",
                 std::strerror(error));
     g_init_error = error;
+    return;
   }
+  if (CheckOn()) rdmaemu_cm_check_at_exit(ScanAtExit);
 }
 
 // Every id made and not yet deleted (LiveId).
@@ -53,6 +63,34 @@ std::unordered_set<const rdma_cm_id*> g_live;  // guarded by g_live_mu
 void Register(Id* id) {
   std::lock_guard lock(g_live_mu);
   g_live.insert(&id->id);
+}
+
+// The events rdma_get_cm_event returned and rdma_ack_cm_event has not taken
+// back: an ack of anything else would free what is not (or no longer) an
+// event.
+std::mutex g_returned_mu;
+std::unordered_set<const rdma_cm_event*> g_returned;  // guarded by g_returned_mu
+
+// At exit, with the checker on: ids whose events were never all
+// acknowledged. (Ids and channels never destroyed are the checker's leak
+// scan's: they are tracked from their creation, check.h.)
+void ScanAtExit() {
+  std::vector<std::pair<uint32_t, uint32_t>> unacked;  // handle, missing
+  {
+    std::lock_guard lock(g_live_mu);
+    for (const rdma_cm_id* cm_id : g_live) {
+      Id* id = ToId(const_cast<rdma_cm_id*>(cm_id));
+      std::lock_guard id_lock(id->mu);
+      if (id->reported > id->acked) unacked.emplace_back(id->handle, id->reported - id->acked);
+    }
+  }
+  for (auto [handle, missing] : unacked) {
+    CheckReport("ack-mismatch",
+                fmt::format("{} RDMA CM event(s) returned for cm id {} were never acknowledged when "
+                            "the program exited; every event rdma_get_cm_event returns must be "
+                            "acknowledged (rdma_ack_cm_event), or rdma_destroy_id waits forever",
+                            missing, handle));
+  }
 }
 
 // The new id a CONNECT_REQUEST makes, on the listener's channel with its
@@ -109,6 +147,7 @@ void DeleteId(Id* id) {
     std::lock_guard lock(g_live_mu);
     g_live.erase(&id->id);
   }
+  CheckUntrack(id);
   Channel* channel = id->route.load();
   channel->ids.fetch_sub(1);
   if (id->sync) DeleteChannel(channel);
@@ -172,6 +211,7 @@ uint32_t RandomPsn() {
 }
 
 Id* NewId(rdma_event_channel* channel, void* context, rdma_port_space ps, ibv_qp_type qp_type) {
+  if (channel != nullptr && !LiveChannel(channel, "rdma_create_id")) return FailNull<Id>(EINVAL);
   auto* id = new (std::nothrow) Id;
   if (id == nullptr) return FailNull<Id>(ENOMEM);
   Channel* ch = channel != nullptr ? ToChannel(channel) : NewChannel();
@@ -197,6 +237,7 @@ Id* NewId(rdma_event_channel* channel, void* context, rdma_port_space ps, ibv_qp
     return FailNull<Id>(error);
   }
   id->has_handle = true;
+  CheckTrack(id, fmt::format("cm id {}", id->handle));
   return id;
 }
 
@@ -319,6 +360,17 @@ void WaitForAcks(Id* id, const char* what) {
                  "by rdma_get_cm_event must be acknowledged (rdma_ack_cm_event)",
                  what, id->handle, id->reported - id->acked);
       warned = true;
+      if (CheckOn()) {
+        const uint32_t missing = id->reported - id->acked;
+        lock.unlock();
+        CheckReport("ack-mismatch",
+                    fmt::format("{} of cm id {} has waited a second for {} RDMA CM event(s) "
+                                "returned by rdma_get_cm_event and never acknowledged, and "
+                                "will wait forever: acknowledge each event (rdma_ack_cm_event) "
+                                "before destroying its id",
+                                what, id->handle, missing));
+        lock.lock();
+      }
     }
   }
 }
@@ -388,6 +440,21 @@ int rdma_ack_cm_event(rdma_cm_event* event) {
     Log().warn("rdma_ack_cm_event: the event is NULL");
     return Fail(EINVAL);
   }
+  bool returned;
+  {
+    std::lock_guard lock(g_returned_mu);
+    returned = g_returned.erase(event) != 0;
+  }
+  if (!returned) {
+    const std::string what = fmt::format(
+        "rdma_ack_cm_event of {}, which is not an event rdma_get_cm_event returned, or was "
+        "acknowledged already: an acknowledgement frees the event, so acknowledge each one "
+        "exactly once and do not touch it afterwards",
+        static_cast<const void*>(event));
+    Log().warn("{}", what);
+    if (CheckOn()) CheckReport("ack-mismatch", what);
+    return Fail(EINVAL);
+  }
   AckInternally(reinterpret_cast<Event*>(event));
   return 0;
 }
@@ -400,12 +467,15 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** out) {
   }
   for (;;) {
     Event* event;
+    if (!LiveChannel(channel, "rdma_get_cm_event")) return Fail(EINVAL);
     if (Take(ToChannel(channel), &event) != 0) return -1;
     Id* id = event->target;
     event->event.id = &id->id;
     bool ud = id->id.qp_type == IBV_QPT_UD;
     switch (event->event.event) {
       case RDMA_CM_EVENT_CONNECT_REQUEST:
+        // The program owns the new id from here: it needs its destroy.
+        CheckTrack(id, fmt::format("cm id {} (a CONNECT_REQUEST's)", id->handle));
         event->event.listen_id = &event->owner->id;
         if (ud) {
           CopyUdParam(event);
@@ -461,6 +531,10 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** out) {
           CopyConnParam(event);
         }
         break;
+    }
+    {
+      std::lock_guard lock(g_returned_mu);
+      g_returned.insert(&event->event);
     }
     *out = &event->event;
     return 0;

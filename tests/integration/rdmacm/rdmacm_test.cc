@@ -259,6 +259,50 @@ TEST_F(RdmaCm, ADestroyedOrMadeUpIdFailsWithEinval) {
   EXPECT_EQ(errno, EINVAL);
 }
 
+// perftest -R retries a refused connect with the ids and channel it has
+// destroyed: each use is refused, never followed (a destroyed channel's
+// mutex is freed memory: locking it hung the program).
+TEST_F(RdmaCm, ADestroyedOrMadeUpChannelIsRefused) {
+  rdma_event_channel* gone = rdma_create_event_channel();
+  ASSERT_NE(gone, nullptr);
+  rdma_destroy_event_channel(gone);
+  rdma_cm_id* id = nullptr;
+  errno = 0;
+  EXPECT_EQ(rdma_create_id(gone, &id, nullptr, RDMA_PS_TCP), -1);
+  EXPECT_EQ(errno, EINVAL);
+  rdma_cm_event* event = nullptr;
+  errno = 0;
+  EXPECT_EQ(rdma_get_cm_event(gone, &event), -1);
+  EXPECT_EQ(errno, EINVAL);
+  rdma_destroy_event_channel(gone);  // twice: a log line, nothing else
+
+  alignas(rdma_event_channel) unsigned char garbage[sizeof(rdma_event_channel)];
+  std::memset(garbage, 0xa5, sizeof garbage);
+  auto* made_up = reinterpret_cast<rdma_event_channel*>(garbage);
+  rdma_destroy_event_channel(made_up);
+  ASSERT_EQ(rdma_create_id(channel_, &id, nullptr, RDMA_PS_TCP), 0);
+  errno = 0;
+  EXPECT_EQ(rdma_migrate_id(id, made_up), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(rdma_destroy_id(id), 0);
+}
+
+// An event acknowledged twice: rdma-core frees it at the first
+// acknowledgement; here the second is refused.
+TEST_F(RdmaCm, AnEventAcknowledgedTwiceIsRefused) {
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_id(channel_, &id, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in dst = Ipv4(address_, 7471);
+  ASSERT_EQ(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&dst), 2000), 0);
+  rdma_cm_event* event = Expect(channel_, RDMA_CM_EVENT_ADDR_RESOLVED);
+  ASSERT_NE(event, nullptr);
+  EXPECT_EQ(rdma_ack_cm_event(event), 0);
+  errno = 0;
+  EXPECT_EQ(rdma_ack_cm_event(event), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(rdma_destroy_id(id), 0);  // does not wait for the stray acknowledgement
+}
+
 TEST_F(RdmaCm, ConnectAcceptDisconnectWithPrivateDataBothWays) {
   rdma_cm_id* listener = nullptr;
   uint16_t port = Listen(&listener);

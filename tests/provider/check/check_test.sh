@@ -17,6 +17,8 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 declare -A kind=(
   [ack_mismatch]=ack-mismatch
+  [cm_ack_mismatch]=ack-mismatch
+  [cm_leak]=leak
   [cq_too_small]=cq-too-small
   [dereg_in_flight]=dereg-in-flight
   [dereg_in_flight_ex]=dereg-in-flight
@@ -38,7 +40,7 @@ run() {  # run MODE PROGRAM OUT ERR [extra options]: the exit status
 
 for prog in "$@"; do
   name="$(basename "$prog")"
-  if [[ "$name" == correct || "$name" == correct_ex || "$name" == correct_dm ]]; then
+  if [[ "$name" == correct || "$name" == correct_ex || "$name" == correct_dm || "$name" == cm_correct ]]; then
     checks=$((checks + 1))
     run --check=error "$prog" "$tmp/out" "$tmp/err"
     rc=$?
@@ -61,6 +63,15 @@ for prog in "$@"; do
   grep -q "^    #[0-9]* .* .*$name\.c:[0-9]*$" "$tmp/err" ||
     { fail "$name: no frame of $name.c in the report"; sed 's/^/    /' "$tmp/err" | head -30; }
   grep -q "\"kind\":\"$want\"" "$tmp/$name.json" 2>/dev/null || fail "$name: no $want JSON line"
+  if [[ "$name" == cm_leak ]]; then
+    # The id and the channel, each with where it was made; never the
+    # context or PD librdmacm keeps for the device.
+    line="$(grep -m1 "^rdmaemu-check: leak: 2 RDMA CM object(s) " "$tmp/err")"
+    [[ "$line" == *"cm id "* && "$line" == *"event channel fd "* ]] ||
+      { fail "cm_leak: the report does not name the id and the channel"; sed 's/^/    /' "$tmp/err" | head; }
+    grep -qE "^rdmaemu-check: leak: .*(context|PD)" "$tmp/err" &&
+      { fail "cm_leak: librdmacm's own context or PD reported as a leak"; sed 's/^/    /' "$tmp/err" | head; }
+  fi
   checks=$((checks + 1))
   run --check=warn "$prog" "$tmp/out" "$tmp/err"
   rc=$?
