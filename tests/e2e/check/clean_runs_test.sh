@@ -9,7 +9,7 @@ set -u
 engine="$1"
 source "$(dirname "$0")/../e2e_lib.sh" "$2" "$3"
 need ibv_rc_pingpong ibv_srq_pingpong ibv_ud_pingpong ibv_uc_pingpong \
-  ib_write_bw ib_send_bw ib_read_bw
+  ib_write_bw ib_send_bw ib_read_bw rping ucmatose udaddy rdma_server rdma_client
 
 port=$(( 20000 + RANDOM % 20000 ))
 # pair NAME RESULT_ERE PROGRAM ARGS...: server, then client to 127.0.0.1.
@@ -50,4 +50,37 @@ perf='^ *[0-9]+ +[0-9]+ '
 pair ib_write_bw "$perf" ib_write_bw -d emu0 -x 0 -n 200 -s 65536
 pair ib_send_bw "$perf" ib_send_bw -d emu0 -x 0 -n 200 -s 65536
 pair ib_read_bw "$perf" ib_read_bw -d emu0 -x 0 -n 200 -s 65536
+
+# Through RDMA CM (librdmacm.so.1 beside the library): each process its own
+# host; the server's bind makes its device take address A.
+cm_host=$(( 150 + RANDOM % 50 ))
+# cm_pair NAME SERVER_COMMAND CLIENT_COMMAND (A: the server's address).
+cm_pair() {
+  local name="$1" server_cmd="$2" client_cmd="$3"
+  cm_host=$(( cm_host + 1 ))
+  local a="127.0.0.$cm_host" base="$tmp/$engine.$name"
+  # shellcheck disable=SC2086
+  timeout 60 "$rdmaemu" run --lib "$lib" --engine "$engine" --check=error -- \
+    ${server_cmd//A/$a} >"$base.server" 2>&1 &
+  local server=$!
+  sleep 0.7
+  checks=$((checks + 1))
+  # shellcheck disable=SC2086
+  timeout 60 "$rdmaemu" run --lib "$lib" --engine "$engine" --check=error -- \
+    ${client_cmd//A/$a} >"$base.client" 2>&1
+  local client_rc=$?
+  wait "$server"
+  local server_rc=$?
+  if (( client_rc != 0 || server_rc != 0 )) || grep -q 'rdmaemu-check:' "$base.client" "$base.server"; then
+    fail "$name ($engine): client exit $client_rc, server exit $server_rc"
+    echo "--- client:"; sed 's/^/    /' "$base.client" | head -40
+    echo "--- server:"; sed 's/^/    /' "$base.server" | head -40
+  else
+    echo "ok: $name ($engine)"
+  fi
+}
+cm_pair rping "rping -s -a A -C 10 -v" "rping -c -a A -C 10 -v"
+cm_pair ucmatose "ucmatose -b A -c 2 -C 10" "ucmatose -s A -c 2 -C 10"
+cm_pair udaddy "udaddy -b A" "udaddy -s A"
+cm_pair rdma_server "rdma_server -s A" "rdma_client -s A"
 finish
