@@ -227,7 +227,7 @@ Result<ibv_srq*> CreateSrqEx(ibv_context* context, ibv_srq_init_attr_ex* attr) {
   }
   const ibv_srq_type type =
       (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? attr->srq_type : IBV_SRQT_BASIC;
-  if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC) {
+  if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC && type != IBV_SRQT_TM) {
     return fail(EINVAL, fmt::format("srq_type {} is not IBV_SRQT_BASIC, _XRC or _TM",
                                     static_cast<int>(type)));
   }
