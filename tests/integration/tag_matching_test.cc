@@ -327,6 +327,8 @@ TEST_F(TagMatchingTest, RendezvousReadsTheSendersDataAndSendsItAFin) {
   EXPECT_EQ(c.wr_id, 420u);
   EXPECT_EQ(c.flags & (IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID), unsigned{IBV_WC_TM_DATA_VALID});
   EXPECT_EQ(c.byte_len, kLen);
+  EXPECT_EQ(c.tm.tag, 0u);  // the MATCH completion carried it
+  EXPECT_EQ(c.tm.priv, 0u);
   EXPECT_EQ(std::memcmp(buf_.data() + kTagAt, buf_.data() + kRndvDataAt, kLen), 0);
   ibv_wc wc{};
   ASSERT_TRUE(Completion(sender_, 500, &wc));
