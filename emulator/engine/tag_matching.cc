@@ -139,7 +139,6 @@ bool Engine::TakeTmRecv(Qp& qp, const wire::PacketView& packet) {
                         "{} qp#{}: tag {:#x} is unexpected; matching waits for a sync (IBV_OPS_TM_SYNC)",
                         device_->name(), qp.qpn, tm.tag);
   }
-  (void)kTmhFin;
   return true;
 }
 
