@@ -185,6 +185,12 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
   // XRC runs RC's requester and responder, and faults pages in the same way.
   a.xrc_odp_caps = a.odp_caps.per_transport_caps.rc_odp_caps;
   a.max_dm_size = device::kMaxDmSize;  // device memory (provider/dm.cc)
+  // Tag matching on RC (provider/srq.cc, docs/tag-matching.md).
+  a.tm_caps.max_rndv_hdr_size = device::kMaxRndvHdrSize;
+  a.tm_caps.max_num_tags = device::kMaxNumTags;
+  a.tm_caps.flags = IBV_TM_CAP_RC;
+  a.tm_caps.max_ops = device::kMaxTmOps;
+  a.tm_caps.max_sge = device::kMaxTmSge;
   // Receive-side scaling on UD QPs through WQs (provider/wq.cc).
   a.max_wq_type_rq = device::kMaxWq;
   a.rss_caps.supported_qpts = 1u << IBV_QPT_UD;

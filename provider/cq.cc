@@ -22,10 +22,17 @@ static_assert(static_cast<int>(objects::WcStatus::kRnrRetryExcErr) == IBV_WC_RNR
 static_assert(static_cast<int>(objects::WcOpcode::kRecvRdmaWithImm) == IBV_WC_RECV_RDMA_WITH_IMM);
 static_assert(static_cast<int>(objects::WcOpcode::kFetchAdd) == IBV_WC_FETCH_ADD);
 static_assert(objects::kWcWithInv == uint32_t{IBV_WC_WITH_INV} && objects::kWcGrh == uint32_t{IBV_WC_GRH});
+static_assert(static_cast<int>(objects::WcOpcode::kTmAdd) == IBV_WC_TM_ADD);
+static_assert(static_cast<int>(objects::WcOpcode::kTmNoTag) == IBV_WC_TM_NO_TAG);
+static_assert(static_cast<int>(objects::WcStatus::kTmRndvIncomplete) == IBV_WC_TM_RNDV_INCOMPLETE);
+static_assert(objects::kWcTmSyncReq == uint32_t{IBV_WC_TM_SYNC_REQ} &&
+              objects::kWcTmMatch == uint32_t{IBV_WC_TM_MATCH} &&
+              objects::kWcTmDataValid == uint32_t{IBV_WC_TM_DATA_VALID});
 
 constexpr uint64_t kSupportedWcFlags = uint64_t{IBV_WC_STANDARD_FLAGS} |
                                        uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP} |
-                                       uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK};
+                                       uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK} |
+                                       uint64_t{IBV_WC_EX_WITH_TM_INFO};
 
 void ToIbvWc(const objects::Cqe& c, ibv_wc* wc) {
   wc->wr_id = c.wr_id;
@@ -147,9 +154,9 @@ bool Carries(Cq* cq, uint64_t flag, const char* reader) {
   if (cq->wc_flags & flag) return true;
   RDMAEMU_WARN_LIMITED("{}: cq#{} was created without {} in wc_flags, so its completions carry "
                        "no such field; 0 is returned", reader, cq->number,
-                       flag == IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
-                           ? "IBV_WC_EX_WITH_COMPLETION_TIMESTAMP"
-                           : "IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK");
+                       flag == IBV_WC_EX_WITH_COMPLETION_TIMESTAMP ? "IBV_WC_EX_WITH_COMPLETION_TIMESTAMP"
+                       : flag == IBV_WC_EX_WITH_TM_INFO ? "IBV_WC_EX_WITH_TM_INFO"
+                                                         : "IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK");
   return false;
 }
 uint64_t ReadCompletionTs(ibv_cq_ex* c) {
@@ -168,7 +175,15 @@ uint64_t ReadCompletionWallclockNs(ibv_cq_ex* c) {
 // Not supported (creation refuses these flags); present so no slot is NULL.
 uint16_t ReadCvlan(ibv_cq_ex*) { return 0; }
 uint32_t ReadFlowTag(ibv_cq_ex*) { return 0; }
-void ReadTmInfo(ibv_cq_ex*, ibv_wc_tm_info* info) { *info = ibv_wc_tm_info{}; }
+// The TMH's tag and app_ctx of a tag-matching receive; 0 for any other
+// completion (a list operation, a plain receive, a send).
+void ReadTmInfo(ibv_cq_ex* c, ibv_wc_tm_info* info) {
+  Cq* cq = ToCq(c);
+  *info = ibv_wc_tm_info{};
+  if (!Carries(cq, IBV_WC_EX_WITH_TM_INFO, "ibv_wc_read_tm_info")) return;
+  info->tag = cq->current.tm_tag;
+  info->priv = cq->current.tm_priv;
+}
 
 int ModifyCq(ibv_cq* ibv, ibv_modify_cq_attr*) {
   if (LiveHandle(ibv, Kind::kCq, "ibv_modify_cq") == nullptr) return EINVAL;

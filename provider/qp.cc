@@ -541,6 +541,14 @@ Status CheckQueues(ibv_context* context, const ibv_qp_init_attr_ex& attr, bool r
       (attr.srq != nullptr && !HandleOf(attr.srq, Kind::kSrq, context, "ibv_create_qp", "srq"))) {
     return InvalidArgument("a CQ or the SRQ is not one of this context");
   }
+  // Tag matching is RC's (tm_caps.flags is IBV_TM_CAP_RC): only an RC QP
+  // carries the TMHs a TM SRQ matches.
+  if (attr.srq != nullptr && ToSrq(attr.srq)->srq->tags && attr.qp_type != IBV_QPT_RC) {
+    Log().warn("ibv_create_qp: a QP of type {} cannot receive through a tag-matching SRQ; only RC "
+               "can (IBV_TM_CAP_RC)",
+               static_cast<int>(attr.qp_type));
+    return InvalidArgument("tag-matching SRQ on a non-RC QP");
+  }
   return Status::Ok();
 }
 

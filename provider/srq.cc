@@ -37,16 +37,119 @@ int PostSrqRecv(ibv_srq* ibv, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   return 0;
 }
 
+// A tagged buffer from an IBV_WR_TAG_ADD, or why it is refused.
+Result<engine::TaggedBuffer> ToTaggedBuffer(const ibv_ops_wr& wr) {
+  const auto& add = wr.tm.add;
+  if (add.num_sge < 0 || add.num_sge > device::kMaxTmSge || (add.num_sge > 0 && add.sg_list == nullptr)) {
+    return InvalidArgument(fmt::format("IBV_WR_TAG_ADD: num_sge {} with sg_list {}: a tagged buffer "
+                                       "has 0..{} SGEs (tm_caps.max_sge)",
+                                       add.num_sge, fmt::ptr(add.sg_list), device::kMaxTmSge));
+  }
+  engine::TaggedBuffer b;
+  b.tag = add.tag;
+  b.mask = add.mask;
+  b.recv_wr_id = add.recv_wr_id;
+  for (int i = 0; i < add.num_sge; ++i) {
+    b.sges.push_back({add.sg_list[i].addr, add.sg_list[i].length, add.sg_list[i].lkey});
+    b.length += add.sg_list[i].length;
+  }
+  return b;
+}
+
+// ibv_post_srq_ops: the matching list of a TM SRQ. Each operation is done
+// as it is posted (the device has it at once); a signaled one completes on
+// the SRQ's CQ, where the SRQ's messages complete too, in that order.
+int PostSrqOps(ibv_srq* ibv, ibv_ops_wr* wr, ibv_ops_wr** bad_wr) {
+  if (Status dead = DeadDevice(ibv->context, "ibv_post_srq_ops"); !dead.ok()) {
+    *bad_wr = wr;
+    return dead.code();
+  }
+  Srq* srq = ToSrq(ibv);
+  engine::Srq& e = *srq->srq;
+  if (!e.tags) {
+    Log().warn("ibv_post_srq_ops: srq#{} is not a tag-matching SRQ (create it with srq_type "
+               "IBV_SRQT_TM): it has no matching list",
+               srq->number);
+    *bad_wr = wr;
+    return EINVAL;
+  }
+  std::lock_guard lock(e.mu);
+  for (; wr != nullptr; wr = wr->next) {
+    auto refuse = [&](int code, const std::string& why) {
+      Log().warn("ibv_post_srq_ops: srq#{} WR {}: {}", srq->number, wr->wr_id, why);
+      *bad_wr = wr;
+      return code;
+    };
+    constexpr int kKnownFlags = IBV_OPS_SIGNALED | IBV_OPS_TM_SYNC;
+    if (wr->flags & ~kKnownFlags) {
+      return refuse(EINVAL, fmt::format("flags {:#x} are none of IBV_OPS_SIGNALED, IBV_OPS_TM_SYNC",
+                                        wr->flags & ~kKnownFlags));
+    }
+    objects::Cqe c;
+    c.wr_id = wr->wr_id;
+    switch (wr->opcode) {
+      case IBV_WR_TAG_ADD: {
+        auto buffer = ToTaggedBuffer(*wr);
+        if (!buffer.ok()) return refuse(EINVAL, buffer.status().message());
+        // The count the software reports is applied before the tag joins.
+        if (wr->flags & IBV_OPS_TM_SYNC) e.tags->Sync(wr->tm.unexpected_cnt);
+        auto handle = e.tags->Add(std::move(*buffer));
+        if (!handle.ok()) return refuse(ENOMEM, handle.status().message());
+        wr->tm.handle = *handle;
+        c.opcode = objects::WcOpcode::kTmAdd;
+        // Unexpected messages arrived that the software had not counted
+        // when it posted this tag: it may be for one of them, so the
+        // software must look at them and sync before matching resumes.
+        if (wr->tm.unexpected_cnt != e.tags->unexpected()) c.wc_flags |= objects::kWcTmSyncReq;
+        break;
+      }
+      case IBV_WR_TAG_DEL: {
+        Status s = e.tags->Remove(wr->tm.handle);
+        if (!s.ok()) return refuse(EINVAL, fmt::format("IBV_WR_TAG_DEL: {}", s.message()));
+        if (wr->flags & IBV_OPS_TM_SYNC) e.tags->Sync(wr->tm.unexpected_cnt);
+        c.opcode = objects::WcOpcode::kTmDel;
+        break;
+      }
+      case IBV_WR_TAG_SYNC:
+        // The operation is the sync: its count is always applied.
+        e.tags->Sync(wr->tm.unexpected_cnt);
+        c.opcode = objects::WcOpcode::kTmSync;
+        break;
+      default:
+        return refuse(EINVAL, fmt::format("opcode {} is none of IBV_WR_TAG_ADD, _DEL, _SYNC",
+                                          static_cast<int>(wr->opcode)));
+    }
+    if (engine::DebugOn()) {
+      Log().debug("{} srq#{}: {} WR {} handle {}; unexpected {} acknowledged {}",
+                  ToContext(ibv->context)->device->name(), srq->number,
+                  engine::WcOpcodeName(c.opcode), wr->wr_id, wr->tm.handle, e.tags->unexpected(),
+                  e.tags->acknowledged());
+    }
+    if (!(wr->flags & IBV_OPS_SIGNALED)) continue;
+    if (!e.cq->Push(c)) {
+      Log().warn("ibv_post_srq_ops: srq#{}: its CQ is full (overrun): the completion of WR {} is "
+                 "lost",
+                 srq->number, wr->wr_id);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
-void InstallSrqOps(verbs_context* vctx) { vctx->context.ops.post_srq_recv = PostSrqRecv; }
+void InstallSrqOps(verbs_context* vctx) {
+  vctx->context.ops.post_srq_recv = PostSrqRecv;
+  vctx->post_srq_ops = PostSrqOps;
+}
 
 namespace {
 
-// What an XRC SRQ has beside a basic one.
+// What an XRC or a tag-matching SRQ has beside a basic one: the CQ its
+// receives complete on; an XRC SRQ's XRC domain; a TM SRQ's list size.
 struct XrcParts {
   Xrcd* xrcd = nullptr;
   ibv_cq* cq = nullptr;
+  uint32_t max_num_tags = 0;  // 0: not tag matching
 };
 
 Result<ibv_srq*> NewSrq(ibv_pd* pd, ibv_srq_init_attr* attr, const XrcParts* xrc) {
@@ -85,15 +188,22 @@ Result<ibv_srq*> NewSrq(ibv_pd* pd, ibv_srq_init_attr* attr, const XrcParts* xrc
     // Published by number: targets find it through the XRCETH.
     srq->xrcd = xrc->xrcd;
     srq->cq = xrc->cq;
-    ++xrc->xrcd->users;
     ++ToCq(xrc->cq)->users;
     engine::Srq& e = *srq->srq;
-    e.xrcd = xrc->xrcd->domain->number;
     e.srqn = srq->number;
     e.cq = ToCq(xrc->cq)->cq.get();
-    ToContext(pd->context)->engine->AddSrq(srq->srq);
-    Log().debug("{} srq#{}: XRC SRQ of XRC domain {}", ToContext(pd->context)->device->name(),
-                srq->number, e.xrcd);
+    if (xrc->max_num_tags != 0) {
+      // Before any QP can use it: the engine reads the pointer unlocked.
+      e.tags = std::make_unique<engine::TagList>(xrc->max_num_tags);
+      Log().debug("{} srq#{}: tag-matching SRQ, {} tags", ToContext(pd->context)->device->name(),
+                  srq->number, xrc->max_num_tags);
+    } else {
+      ++xrc->xrcd->users;
+      e.xrcd = xrc->xrcd->domain->number;
+      ToContext(pd->context)->engine->AddSrq(srq->srq);
+      Log().debug("{} srq#{}: XRC SRQ of XRC domain {}", ToContext(pd->context)->device->name(),
+                  srq->number, e.xrcd);
+    }
   }
   AddHandle(&srq->ibv, Kind::kSrq, pd->context);
   slot.Keep();
@@ -117,10 +227,7 @@ Result<ibv_srq*> CreateSrqEx(ibv_context* context, ibv_srq_init_attr_ex* attr) {
   }
   const ibv_srq_type type =
       (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? attr->srq_type : IBV_SRQT_BASIC;
-  if (type == IBV_SRQT_TM) {
-    return fail(EOPNOTSUPP, "tag-matching SRQs (IBV_SRQT_TM) are not supported by this device");
-  }
-  if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC) {
+  if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC && type != IBV_SRQT_TM) {
     return fail(EINVAL, fmt::format("srq_type {} is not IBV_SRQT_BASIC, _XRC or _TM",
                                     static_cast<int>(type)));
   }
@@ -134,6 +241,27 @@ Result<ibv_srq*> CreateSrqEx(ibv_context* context, ibv_srq_init_attr_ex* attr) {
   basic.srq_context = attr->srq_context;
   basic.attr = attr->attr;
   if (type == IBV_SRQT_BASIC) return NewSrq(attr->pd, &basic, nullptr);
+  if (type == IBV_SRQT_TM) {
+    constexpr uint32_t kTmNeeds = IBV_SRQ_INIT_ATTR_TM | IBV_SRQ_INIT_ATTR_CQ;
+    if ((attr->comp_mask & kTmNeeds) != kTmNeeds || attr->cq == nullptr) {
+      return fail(EINVAL, "a tag-matching SRQ needs its list sizes (IBV_SRQ_INIT_ATTR_TM with "
+                          "tm_cap) and the CQ its operations and messages complete on "
+                          "(IBV_SRQ_INIT_ATTR_CQ with cq)");
+    }
+    const ibv_tm_cap& tm = attr->tm_cap;
+    if (tm.max_num_tags < 1 || tm.max_num_tags > static_cast<uint32_t>(device::kMaxNumTags) ||
+        tm.max_ops < 1 || tm.max_ops > static_cast<uint32_t>(device::kMaxTmOps)) {
+      return fail(EINVAL, fmt::format("tm_cap max_num_tags {} / max_ops {} outside the device's "
+                                      "1..{} / 1..{} (ibv_query_device_ex's tm_caps)",
+                                      tm.max_num_tags, tm.max_ops, device::kMaxNumTags,
+                                      device::kMaxTmOps));
+    }
+    if (!HandleOf(attr->cq, Kind::kCq, context, "ibv_create_srq_ex", "cq")) {
+      return InvalidArgument("the CQ is not one of this context");
+    }
+    XrcParts parts{nullptr, attr->cq, tm.max_num_tags};
+    return NewSrq(attr->pd, &basic, &parts);
+  }
   constexpr uint32_t kXrcNeeds = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
   if ((attr->comp_mask & kXrcNeeds) != kXrcNeeds || attr->xrcd == nullptr || attr->cq == nullptr) {
     return fail(EINVAL, "an XRC SRQ needs an XRC domain and the CQ its receives complete on "
@@ -204,8 +332,8 @@ void FreeSrq(ibv_srq* ibv) {
   RemoveHandle(ibv);
   ToContext(ibv->context)->device->ReturnObject(device::Device::Limited::kSrq);
   --ToPd(ibv->pd)->users;
-  if (Srq* srq = ToSrq(ibv); srq->xrcd != nullptr) {
-    --srq->xrcd->users;
+  if (Srq* srq = ToSrq(ibv); srq->cq != nullptr) {
+    if (srq->xrcd != nullptr) --srq->xrcd->users;
     --ToCq(srq->cq)->users;
   }
   pthread_mutex_destroy(&ibv->mutex);

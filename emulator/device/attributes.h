@@ -30,6 +30,14 @@ inline constexpr int kMaxAh = 0x10000;
 inline constexpr int kMaxSrq = 960;
 inline constexpr int kMaxSrqWr = 0x4000;
 inline constexpr int kMaxSrqSge = 27;
+// Tag matching (ibv_tm_caps), sized as a ConnectX-5 reports it: a 64-byte
+// rendezvous header (TMH, RVH and 32 bytes of the application's), 127 tags
+// per SRQ, one SGE per tagged buffer. List operations complete as they are
+// posted, so max_ops bounds only how many one SRQ may ask for at creation.
+inline constexpr int kMaxRndvHdrSize = 64;
+inline constexpr int kMaxNumTags = 127;
+inline constexpr int kMaxTmOps = 0x8000;
+inline constexpr int kMaxTmSge = 1;
 // Each group a device joins is a socket of its own (bound to the group's
 // address), so groups cost file descriptors: a few hundred, not thousands.
 inline constexpr int kMaxMcastGrp = 256;

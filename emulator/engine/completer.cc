@@ -38,6 +38,10 @@ bool ResponseComplete(const Inflight& f) { return !UsesResponderResource(f.wqe.o
 void Engine::CompleteFront(Qp& qp, objects::WcStatus status) {
   Inflight f = std::move(qp.inflight.front());
   qp.inflight.pop_front();
+  if (f.wqe.device_work != DeviceWork::kNone) {
+    CompleteDeviceWork(qp, f.wqe, status);  // the application never posted it
+    return;
+  }
   if (qp.sq_outstanding > 0) --qp.sq_outstanding;
   if (!f.wqe.signaled && status == objects::WcStatus::kSuccess) return;
   objects::Cqe c;

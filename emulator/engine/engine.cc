@@ -142,9 +142,27 @@ void FlushLocked(Qp& qp, std::vector<std::pair<objects::Cq*, objects::Cqe>>& out
     c.qp_num = qp.qpn;
     out.emplace_back(qp.send_cq, c);
   };
-  for (const auto& f : qp.inflight) flushed_send(f.wqe);
-  for (const auto& w : qp.sq) flushed_send(w);
-  if (qp.in_send) {
+  // The device's own rendezvous work has no send completion: a READ cut
+  // short is its tagged receive's, flushed (tag_matching.cc).
+  auto flushed = [&](const SendWqe& w) {
+    if (w.device_work == DeviceWork::kNone) {
+      flushed_send(w);
+    } else if (w.device_work == DeviceWork::kRndvRead) {
+      out.emplace_back(qp.srq->cq, FlushedRndv(qp, w));
+    }
+  };
+  for (const auto& f : qp.inflight) flushed(f.wqe);
+  for (const auto& w : qp.sq) flushed(w);
+  if (qp.in_send && IsMatched(qp.tm)) {
+    // A tagged buffer a message was being received into: it was taken off
+    // the matching list, so it completes, flushed, rather than go back.
+    objects::Cqe c;
+    c.wr_id = qp.recv.wr_id;
+    c.status = objects::WcStatus::kWrFlushErr;
+    c.opcode = objects::WcOpcode::kTmRecv;
+    c.qp_num = qp.qpn;
+    out.emplace_back(qp.srq->cq, c);
+  } else if (qp.in_send) {
     if (qp.srq) {
       // SRQ WQEs are not flushed with the QP (IBA 10.3.1): give it back.
       std::lock_guard lock(qp.srq->mu);
@@ -812,7 +830,8 @@ void Engine::EnterError(Qp& qp) {
 }
 
 void Engine::PushRecvCqe(Qp& qp, const objects::Cqe& cqe) {
-  if (qp.type == QpType::kXrcRecv) {
+  // A TM SRQ's messages complete on its CQ, as an XRC SRQ's do.
+  if (qp.type == QpType::kXrcRecv || (qp.srq && qp.srq->tags)) {
     PushXrcRecvCqe(qp, cqe);
   } else {
     PushCqe(qp, qp.recv_cq, cqe);
@@ -1114,6 +1133,8 @@ void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
     }
     if (ForcedError(*qp, *packet)) return;
     OnRequest(*qp, *packet);
+    // A matched rendezvous queues the device's own READ (tag_matching.cc).
+    if (!qp->sq.empty()) Progress(*qp, now);
   } else {
     if (state != QpState::kRts && state != QpState::kSqd && state != QpState::kSqe) {
       Count(qp.get(), &Counters::dropped_bad_state);

@@ -245,6 +245,19 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // Gives back a receive WQE whose message was dropped (UC).
   void ReturnRecv(Qp& qp, RecvWqe&& wqe);
 
+  // tag_matching.cc: SENDs into a tag-matching SRQ (docs/tag-matching.md).
+  // On a SEND's first packet (qp.mu held): reads the TMH, matches it and
+  // takes the message's receive into qp.recv (a tagged buffer or an
+  // ordinary WQE), qp.tm saying how it is delivered. False when the packet
+  // has been answered instead (an RNR NAK, or a NAK and the QP to ERR).
+  bool TakeTmRecv(Qp& qp, const wire::PacketView& packet);
+  // The message's last packet arrived: fills its completion's opcode, flags
+  // and tag info; a matched rendezvous queues the device's READ.
+  void FinishTmRecv(Qp& qp, objects::Cqe& c);
+  // A WQE of the device's own completed (CompleteFront): the rendezvous
+  // READ's TM_RECV with DATA_VALID and then the FIN to the sender.
+  void CompleteDeviceWork(Qp& qp, const SendWqe& w, objects::WcStatus status);
+
   // requester.cc
   void Progress(Qp& qp, Clock::time_point now);
   // Starts at most `limit` posted WQEs; returns how many it started.

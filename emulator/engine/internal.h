@@ -21,6 +21,14 @@ objects::WcOpcode CompletionOpcode(SendOp op);
 // completion to `out` (to be pushed after).
 void FlushLocked(Qp& qp, std::vector<std::pair<objects::Cq*, objects::Cqe>>& out);
 
+// Tag matching (tag_matching.cc): a message matched a tagged buffer (its
+// receive is that buffer, not an ordinary WQE).
+inline bool IsMatched(const TmDelivery& tm) {
+  return tm.kind == TmDelivery::Kind::kEager || tm.kind == TmDelivery::Kind::kRndv;
+}
+// The completion of a rendezvous READ that was flushed (the QP went to ERR).
+objects::Cqe FlushedRndv(const Qp& qp, const SendWqe& read);
+
 // The opcode byte of an RC opcode on the QP's transport (UC = RC + 0x20,
 // XRC = RC + 0xA0).
 inline wire::Opcode OnTransport(QpType type, wire::Opcode rc) {

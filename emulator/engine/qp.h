@@ -20,6 +20,7 @@
 
 #include "emulator/engine/congestion.h"
 #include "emulator/engine/counters.h"
+#include "emulator/engine/tag_list.h"
 #include "emulator/engine/work.h"
 #include "emulator/engine/wq.h"
 #include "emulator/objects/cq.h"
@@ -160,10 +161,35 @@ struct Srq {
   uint32_t xrcd = 0;  // 0: a basic SRQ
   uint32_t srqn = 0;
   objects::Cq* cq = nullptr;
+  // A tag-matching SRQ's matching list (set before any QP uses it; its
+  // contents guarded by mu); nullptr for a basic or XRC SRQ. A TM SRQ has a
+  // CQ too (cq above): its list operations and every message received
+  // through it complete there.
+  std::unique_ptr<TagList> tags;
   // Guarded by mu. Set by Engine::RemoveSrq: the loop thread may hold the
   // SRQ from a lookup made before; it checks this, under mu, before it
   // touches the SRQ's CQ, which may be gone once the destroy has returned.
   bool removed = false;
+};
+
+// How a SEND received through a tag-matching SRQ is delivered; decided on
+// its first packet from its TMH.
+struct TmDelivery {
+  enum class Kind : uint8_t {
+    kNone,        // not a TM SRQ: an ordinary receive
+    kNoTag,       // TMH NO_TAG: whole, into an ordinary receive (TM_NO_TAG)
+    kUnexpected,  // no match (or a FIN): whole, into an ordinary receive (TM_RECV)
+    kEager,       // matched: the payload after the TMH, into the tag's buffer
+    kRndv,        // matched: the RVH names the data, which the device reads
+  };
+  Kind kind = Kind::kNone;
+  uint64_t skip = 0;  // payload bytes still to drop (the TMH) before scattering
+  uint64_t tag = 0;
+  uint32_t app_ctx = 0;
+  // kRndv: the RVH.
+  uint64_t va = 0;
+  uint32_t rkey = 0;
+  uint32_t len = 0;
 };
 
 struct Qp {
@@ -243,6 +269,8 @@ struct Qp {
   bool in_send = false;          // a multi-packet SEND is being received
   RecvWqe recv;                  // its receive WQE
   uint64_t recv_offset = 0;
+  // A SEND into a tag-matching SRQ: what the TMH decided (tag_matching.cc).
+  TmDelivery tm;
   bool in_write = false;         // a multi-packet WRITE is being received
   std::shared_ptr<const objects::Mr> write_mr;
   uint64_t write_va = 0;

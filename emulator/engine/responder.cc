@@ -374,7 +374,11 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
 
   if (is_send) {
     if (packet.Has(wire::kFirstMask)) {
-      if (!TakeRecv(qp, &qp.recv)) {
+      qp.tm = TmDelivery{};
+      // A tag-matching SRQ's TMH decides which receive (tag_matching.cc).
+      if (qp.srq && qp.srq->tags) {
+        if (!TakeTmRecv(qp, packet)) return;
+      } else if (!TakeRecv(qp, &qp.recv)) {
         if (rc) {
           SendRnrNak(qp, psn);
         } else {
@@ -398,6 +402,11 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
       }
     }
     std::span<const uint8_t> data = packet.payload();
+    if (qp.tm.skip > 0) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(qp.tm.skip, data.size()));
+      data = data.subspan(n);
+      qp.tm.skip -= n;
+    }
     if (qp.recv_offset + data.size() > qp.recv.length) {
       ResponderError(qp, wire::NakCode::kInvalidRequest, psn,
                      fmt::format("the message is longer than the {}-byte receive buffer of WR {}",
@@ -450,6 +459,7 @@ void Engine::OnRequest(Qp& qp, const wire::PacketView& packet) {
         c.wc_flags |= objects::kWcWithInv;
         c.imm_data = packet.ieth().rkey();
       }
+      FinishTmRecv(qp, c);
       qp.in_send = false;
       qp.msn = wire::PsnNext(qp.msn);
       PushRecvCqe(qp, c);

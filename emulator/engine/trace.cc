@@ -48,20 +48,26 @@ std::string_view WcOpcodeName(objects::WcOpcode op) {
     case O::kAtomicWrite: return "ATOMIC_WRITE";
     case O::kRecv: return "RECV";
     case O::kRecvRdmaWithImm: return "RECV_RDMA_WITH_IMM";
+    case O::kTmAdd: return "TM_ADD";
+    case O::kTmDel: return "TM_DEL";
+    case O::kTmSync: return "TM_SYNC";
+    case O::kTmRecv: return "TM_RECV";
+    case O::kTmNoTag: return "TM_NO_TAG";
   }
   return "?";
 }
 
 std::string_view WcStatusName(objects::WcStatus status) {
   // Indexed by enum ibv_wc_status, worded as ibv_wc_status_str.
-  static constexpr std::array<std::string_view, 22> kNames = {
+  static constexpr std::array<std::string_view, 24> kNames = {
       "success", "local length error", "local QP operation error", "local EE context operation error",
       "local protection error", "Work Request Flushed Error", "memory management operation error",
       "bad response error", "local access error", "remote invalid request error",
       "remote access error", "remote operation error", "transport retry counter exceeded",
       "RNR retry counter exceeded", "local RDD violation error", "remote invalid RD request",
       "aborted error", "invalid EE context number", "invalid EE context state",
-      "fatal error", "response timeout error", "general error"};
+      "fatal error", "response timeout error", "general error",
+      "TM error", "TM software rendezvous"};
   const auto i = static_cast<size_t>(status);
   return i < kNames.size() ? kNames[i] : "unknown";
 }

@@ -43,6 +43,18 @@ struct UdDestination {
   uint8_t traffic_class = 0;  // the AH's GRH traffic class
 };
 
+// Work a tag-matching receiver's device queues on its own QP for a matched
+// rendezvous (docs/tag-matching.md), never posted by the application: the
+// READ of the sender's data, then the message that tells the sender it is
+// done. Its completions are the receive side's, never the send CQ's.
+enum class DeviceWork : uint8_t { kNone, kRndvRead, kRndvFin };
+
+struct RndvContext {
+  uint64_t recv_wr_id = 0;  // the matched tag's
+  uint64_t tag = 0;         // the message's TMH tag
+  uint32_t app_ctx = 0;     // and app_ctx
+};
+
 struct SendWqe {
   uint64_t wr_id = 0;
   SendOp op = SendOp::kSend;
@@ -64,6 +76,8 @@ struct SendWqe {
   UdDestination ud;
   uint32_t xrc_remote_srqn = 0;  // XRC_SEND: the XRC SRQ at the target (XRCETH)
   uint64_t length = 0;  // total bytes (SGEs or inline)
+  DeviceWork device_work = DeviceWork::kNone;
+  RndvContext rndv;  // kRndvRead
 };
 
 struct RecvWqe {

@@ -23,16 +23,24 @@ enum class WcStatus : uint8_t {
   kMwBindErr, kBadRespErr, kLocAccessErr, kRemInvReqErr, kRemAccessErr, kRemOpErr,
   kRetryExcErr, kRnrRetryExcErr, kLocRddViolErr, kRemInvRdReqErr, kRemAbortErr,
   kInvEecnErr, kInvEecStateErr, kFatalErr, kRespTimeoutErr, kGeneralErr,
+  // Tag matching: a list operation that failed (a TAG_DEL whose tag a
+  // message consumed), a rendezvous whose data could not be read.
+  kTmErr, kTmRndvIncomplete,
 };
 
 enum class WcOpcode : uint8_t {
   kSend = 0, kRdmaWrite = 1, kRdmaRead = 2, kCompSwap = 3, kFetchAdd = 4, kBindMw = 5,
   kLocalInv = 6, kTso = 7, kFlush = 8, kAtomicWrite = 9,
   kRecv = 128, kRecvRdmaWithImm = 129,
+  // Tag matching (a TM SRQ's CQ): list operations, then messages.
+  kTmAdd = 130, kTmDel = 131, kTmSync = 132, kTmRecv = 133, kTmNoTag = 134,
 };
 
 // Flags as libibverbs' IBV_WC_GRH / IBV_WC_WITH_IMM / IBV_WC_WITH_INV.
-enum WcFlags : uint32_t { kWcGrh = 1, kWcWithImm = 2, kWcIpCsumOk = 4, kWcWithInv = 8 };
+enum WcFlags : uint32_t { kWcGrh = 1, kWcWithImm = 2, kWcIpCsumOk = 4, kWcWithInv = 8,
+  // IBV_WC_TM_*: a list operation asks for a sync; a message matched a
+  // tagged buffer; the buffer holds the message's data.
+  kWcTmSyncReq = 16, kWcTmMatch = 32, kWcTmDataValid = 64 };
 
 struct Cqe {
   uint64_t wr_id = 0;
@@ -49,6 +57,10 @@ struct Cqe {
   uint8_t sl = 0;
   uint8_t dlid_path_bits = 0;
   bool solicited = false;
+  // A tag-matching receive (IBV_WC_EX_WITH_TM_INFO): the TMH's tag and
+  // app_ctx (host order).
+  uint64_t tm_tag = 0;
+  uint32_t tm_priv = 0;
   // Set by Cq::Push, if the CQ stamps them (Stamp): when the CQE was
   // produced, in core clock ticks and in nanoseconds of wall time.
   uint64_t timestamp = 0;

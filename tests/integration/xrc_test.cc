@@ -341,7 +341,8 @@ TEST_F(XrcTest, BadInputIsRefused) {
   qa.qp_type = IBV_QPT_XRC_RECV;
   EXPECT_EQ(ibv_create_qp_ex(ctx_, &qa), nullptr);
   EXPECT_EQ(errno, EINVAL);
-  // An XRC SRQ without its CQ; a tag-matching SRQ.
+  // An XRC SRQ without its CQ; a tag-matching SRQ without its CQ and sizes
+  // (tag_matching_test.cc has the rest).
   ibv_srq_init_attr_ex sa{};
   sa.attr.max_wr = 4;
   sa.attr.max_sge = 1;
@@ -354,7 +355,7 @@ TEST_F(XrcTest, BadInputIsRefused) {
   sa.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
   sa.srq_type = IBV_SRQT_TM;
   EXPECT_EQ(ibv_create_srq_ex(ctx_, &sa), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(errno, EINVAL);
   ibv_qp* ini = Initiator();
   ibv_qp* tgt = Target(xrcd);
   ASSERT_NE(ini, nullptr);
