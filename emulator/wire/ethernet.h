@@ -44,6 +44,12 @@ inline constexpr uint8_t kIpProtoUdp = 17;
 inline constexpr size_t kRawMarkerBytes = 8;
 inline constexpr std::array<uint8_t, kRawMarkerBytes> kRawMarker = {0xff, 'E', 'T', 'H', 1, 0, 0, 0};
 
+// The IPv4 multicast group (host order, 239.254.69.84: organisation-local
+// scope) that carries flooded frames: broadcast, multicast and unknown
+// unicast. Every port with flow rules listens to it, as every port of a
+// switch hears a flood.
+inline constexpr uint32_t kRawSegmentGroup = 0xeffe4554;
+
 // True if the datagram starts with the marker (whatever follows it).
 bool IsRawFrameDatagram(std::span<const uint8_t> datagram);
 // Writes the marker and the frame into `out` (resized); the datagram to send.
