@@ -62,18 +62,23 @@ std::vector<uint8_t> UdpFrame(const Mac& dst, const Mac& src, uint32_t src_ip, u
   return f;
 }
 
-// A rule attribute with its specs behind it, as verbs.h lays them out.
+// A rule attribute with its specs behind it, as verbs.h lays them out
+// (every struct is a multiple of 4 bytes with 4-byte alignment: no padding).
 struct EthIpUdpRule {
   ibv_flow_attr attr;
   ibv_flow_spec_eth eth;
   ibv_flow_spec_ipv4 ipv4;
   ibv_flow_spec_tcp_udp udp;
-} __attribute__((packed));
+};
 
 struct EthRule {
   ibv_flow_attr attr;
   ibv_flow_spec_eth eth;
-} __attribute__((packed));
+};
+
+static_assert(sizeof(EthRule) == sizeof(ibv_flow_attr) + sizeof(ibv_flow_spec_eth));
+static_assert(sizeof(EthIpUdpRule) == sizeof(ibv_flow_attr) + sizeof(ibv_flow_spec_eth) +
+                                         sizeof(ibv_flow_spec_ipv4) + sizeof(ibv_flow_spec_tcp_udp));
 
 EthRule DstMacRule(const Mac& mac, uint16_t priority = 0) {
   EthRule r{};
@@ -136,10 +141,18 @@ struct Side {
   void Close() {
     for (ibv_flow* f : flows) EXPECT_EQ(ibv_destroy_flow(f), 0);
     for (ibv_qp* q : qps) EXPECT_EQ(ibv_destroy_qp(q), 0);
-    if (mr != nullptr) EXPECT_EQ(ibv_dereg_mr(mr), 0);
-    if (cq != nullptr) EXPECT_EQ(ibv_destroy_cq(cq), 0);
-    if (pd != nullptr) EXPECT_EQ(ibv_dealloc_pd(pd), 0);
-    if (ctx != nullptr) EXPECT_EQ(ibv_close_device(ctx), 0);
+    if (mr != nullptr) {
+      EXPECT_EQ(ibv_dereg_mr(mr), 0);
+    }
+    if (cq != nullptr) {
+      EXPECT_EQ(ibv_destroy_cq(cq), 0);
+    }
+    if (pd != nullptr) {
+      EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+    }
+    if (ctx != nullptr) {
+      EXPECT_EQ(ibv_close_device(ctx), 0);
+    }
   }
 
   ibv_qp* CreateRaw() {
@@ -167,7 +180,9 @@ struct Side {
   ibv_qp* ReadyRaw() {
     ibv_qp* qp = CreateRaw();
     EXPECT_NE(qp, nullptr);
-    if (qp != nullptr) EXPECT_EQ(ToRts(qp), 0);
+    if (qp != nullptr) {
+      EXPECT_EQ(ToRts(qp), 0);
+    }
     return qp;
   }
   // Posts receive slot `slot` (cleared) on `qp`, wr_id = slot.
@@ -447,7 +462,7 @@ TEST_F(RawPacketTest, BadRulesAreRefused) {
   struct {
     ibv_flow_attr attr;
     ibv_flow_spec_tunnel vxlan;
-  } __attribute__((packed)) t{};
+  } t{};
   t.attr.size = sizeof t;
   t.attr.num_of_specs = 1;
   t.attr.port = 1;
