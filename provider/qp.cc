@@ -196,6 +196,10 @@ Result<engine::SendWqe> BuildSendWqe(Qp& qp, const ibv_send_wr& wr, bool bind_ve
   if (eqp.type == engine::QpType::kXrcRecv) {
     return fail("an XRC_RECV QP has no send queue: send through an XRC_SEND QP");
   }
+  if (eqp.send_cq == nullptr) {
+    return fail("the QP has no send queue (a RAW_PACKET QP with an indirection table created "
+                "without a send_cq only receives)");
+  }
   if (!OpcodeAllowed(eqp.type, wr.opcode)) {
     return fail(fmt::format("opcode {} is not valid on a {} QP", static_cast<int>(wr.opcode),
                             objects::ToString(qp.type)));
@@ -541,7 +545,8 @@ Result<Xrcd*> PrepareXrc(ibv_context* context, ibv_qp_init_attr_ex& attr) {
 // The CQs and SRQ a new QP names must be live objects of its context (the
 // kernel finds them by handle in the context's own table).
 Status CheckQueues(ibv_context* context, const ibv_qp_init_attr_ex& attr, bool rss) {
-  if (!HandleOf(attr.send_cq, Kind::kCq, context, "ibv_create_qp", "send_cq") ||
+  // A null send_cq got here only where it is optional (CreateQp).
+  if ((attr.send_cq != nullptr && !HandleOf(attr.send_cq, Kind::kCq, context, "ibv_create_qp", "send_cq")) ||
       (!rss && !HandleOf(attr.recv_cq, Kind::kCq, context, "ibv_create_qp", "recv_cq")) ||
       (attr.srq != nullptr && !HandleOf(attr.srq, Kind::kSrq, context, "ibv_create_qp", "srq"))) {
     return InvalidArgument("a CQ or the SRQ is not one of this context");
@@ -634,7 +639,11 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* given) {
   ObjectSlot slot(*ctx->device, ObjectSlot::Limited::kQp, "ibv_create_qp");
   if (!slot.ok()) return NoMemory("max_qp");
   // Which CQs the QP completes on: a target has none, an initiator no recv_cq.
-  const bool has_send_cq = !target;
+  // A RAW_PACKET QP with an indirection table only receives (as mlx5's,
+  // whose RSS QP is a TIR without a send queue): its send_cq is optional,
+  // and without one it cannot send.
+  const bool raw_rss = rss && attr->qp_type == IBV_QPT_RAW_PACKET;
+  const bool has_send_cq = !target && !(raw_rss && attr->send_cq == nullptr);
   const bool has_recv_cq = !rss && !xrc;
   if ((has_send_cq && attr->send_cq == nullptr) || (has_recv_cq && attr->recv_cq == nullptr)) {
     Log().warn("ibv_create_qp: send_cq and recv_cq are required (recv_cq is not used by a QP "

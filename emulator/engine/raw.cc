@@ -178,6 +178,13 @@ void Engine::DeliverRaw(Qp& qp, std::span<const uint8_t> frame, const wire::Fram
   if (qp.removed) return;
   CountOnQp(qp, &Counters::packets_received);
   CountOnQp(qp, &Counters::bytes_received, frame.size());
+  // A QP with an indirection table is only a steering target (mlx5's TIR):
+  // it has no state of its own and receives while its WQs are RDY, on the
+  // port its rules name.
+  if (qp.rss) {
+    DeliverRawRss(qp, frame, fields);
+    return;
+  }
   const QpState state = qp.attrs.state;
   // The receive side runs from RTR on (as mlx5's RQ, ready at RTR).
   if (port != qp.attrs.port || (state != QpState::kRtr && state != QpState::kRts &&
@@ -185,10 +192,6 @@ void Engine::DeliverRaw(Qp& qp, std::span<const uint8_t> frame, const wire::Fram
     Count(&qp, &Counters::dropped_bad_state);
     RDMAEMU_LOG_LIMITED(spdlog::level::debug, "{} qp#{}: dropped a raw frame in state {}",
                         device_->name(), qp.qpn, QpStateName(state));
-    return;
-  }
-  if (qp.rss) {
-    DeliverRawRss(qp, frame, fields);
     return;
   }
   RecvWqe wqe;
