@@ -398,6 +398,9 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   std::vector<uint8_t> packet_;    // packet building
   std::vector<uint32_t> mcast_members_;  // ReceiveMulticast: a group's QPs
   std::vector<uint32_t> raw_targets_;    // ReceiveRawFrame: the QPs a frame goes to
+  // ExecuteRawSend's datagram, apart from packet_: that one keeps the size
+  // of the largest packet, which BuildPacket writes into.
+  std::vector<uint8_t> raw_datagram_;
 };
 
 // One engine per open device in the process, shared by its contexts.

@@ -135,15 +135,15 @@ void Engine::ExecuteRawSend(Qp& qp, const SendWqe& wqe) {
   to.sin_family = AF_INET;
   to.sin_addr.s_addr = htonl(owner != 0 ? owner : raw_segment_);
   to.sin_port = htons(endpoints_[port - 1].udp_port);
-  wire::EncapsulateFrame(scratch_, packet_);
+  wire::EncapsulateFrame(scratch_, raw_datagram_);
   if (DebugOn()) {
     Log().debug("{} qp#{} WR {} raw frame of {} bytes to {:02x} → {}", device_->name(), qp.qpn,
                 wqe.wr_id, wqe.length, fmt::join(dst, ":"),
                 owner != 0 ? net::ToString(to) : "the segment");
   }
   CountOnQp(qp, &Counters::packets_sent);
-  CountOnQp(qp, &Counters::bytes_sent, packet_.size());
-  SendNow(port, to, packet_, 0);
+  CountOnQp(qp, &Counters::bytes_sent, raw_datagram_.size());
+  SendNow(port, to, raw_datagram_, 0);
   complete(objects::WcStatus::kSuccess);
 }
 

@@ -23,7 +23,6 @@
 #include <vector>
 #include <gtest/gtest.h>
 
-#include "tests/testing/verbs_test.h"
 
 namespace rdmaemu {
 namespace {
@@ -499,6 +498,64 @@ TEST_F(RawPacketTest, BadFramesFailTheirSendAndImmediateDataIsRefused) {
   wr.opcode = IBV_WR_SEND_WITH_IMM;
   ibv_send_wr* bad = nullptr;
   EXPECT_EQ(ibv_post_send(a, &wr, &bad), EINVAL);
+}
+
+// Raw frames and RoCE packets share the port's socket and the engine; a
+// small frame sent must leave nothing behind that a larger packet trips on.
+TEST_F(RawPacketTest, RocePacketsStillFlowAfterRawFrames) {
+  ibv_qp* a = tx_.ReadyRaw();
+  ASSERT_NE(a, nullptr);
+  SendOk(a, UdpFrame(mac_, kOtherMac, 1, 2, 3, 4, 8));  // a frame of 50 bytes
+  ibv_qp_init_attr init{};
+  init.send_cq = init.recv_cq = rx_.cq;
+  init.qp_type = IBV_QPT_UD;
+  init.cap.max_send_wr = init.cap.max_recv_wr = 2;
+  init.cap.max_send_sge = init.cap.max_recv_sge = 1;
+  ibv_qp* ud = ibv_create_qp(rx_.pd, &init);
+  ASSERT_NE(ud, nullptr);
+  rx_.qps.push_back(ud);
+  ibv_qp_attr qa{};
+  qa.qp_state = IBV_QPS_INIT;
+  qa.port_num = 1;
+  qa.qkey = 0x1234;
+  ASSERT_EQ(ibv_modify_qp(ud, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+  qa = {};
+  qa.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(ibv_modify_qp(ud, &qa, IBV_QP_STATE), 0);
+  qa.qp_state = IBV_QPS_RTS;
+  ASSERT_EQ(ibv_modify_qp(ud, &qa, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+  ibv_gid gid;
+  ASSERT_EQ(ibv_query_gid(rx_.ctx, 1, 0, &gid), 0);
+  ibv_ah_attr ah_attr{};
+  ah_attr.is_global = 1;
+  ah_attr.grh.dgid = gid;
+  ah_attr.grh.hop_limit = 1;
+  ah_attr.port_num = 1;
+  ibv_ah* ah = ibv_create_ah(rx_.pd, &ah_attr);
+  ASSERT_NE(ah, nullptr);
+  rx_.PostRecv(ud, 0);
+  constexpr uint32_t kBytes = 1000;  // far more than the frame's
+  ibv_sge sge{reinterpret_cast<uintptr_t>(rx_.buf.data() + 2 * kRecvSlots * kSlot), kBytes,
+              rx_.mr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 77;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.wr.ud.ah = ah;
+  wr.wr.ud.remote_qpn = ud->qp_num;
+  wr.wr.ud.remote_qkey = 0x1234;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(ud, &wr, &bad), 0);
+  auto wcs = rx_.Poll(2);
+  ASSERT_EQ(wcs.size(), 2u);
+  for (const ibv_wc& wc : wcs) {
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    if (wc.opcode == IBV_WC_RECV) {
+      EXPECT_EQ(wc.byte_len, 40 + kBytes);
+    }
+  }
+  EXPECT_EQ(ibv_destroy_ah(ah), 0);
 }
 
 TEST_F(RawPacketTest, MalformedEncapsulationIsDroppedAndCounted) {

@@ -55,9 +55,6 @@ allowed_skips=(
   # (ibv_import_dm: EOPNOTSUPP); dmabuf (needs a GPU's render node).
   'test_device\.SharedDMTest\.test_import_dm => Some object imports are not supported'
   'test_mr\.DmaBuf[A-Za-z]*\..* => Allocating dmabuf is not supported|dmabuf'
-  # Raw packet QPs (QP type 8), which RSS traffic and flow steering need.
-  'test_qp\.QPTest\.test_(create|query)_raw_qp.* => Raw Packet QP'
-  'test_(flow|rss_traffic)\..* => Create QP type 8 is not supported'
   # Tests needing 2M huge pages the machine has not allocated (tools/setup
   # sets some aside where it may).
   'test_odp\..* => no huge pages'
