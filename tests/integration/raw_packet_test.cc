@@ -542,12 +542,14 @@ TEST_F(RawPacketTest, RocePacketsStillFlowAfterRawFrames) {
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
   wr.wr.ud.ah = ah;
   wr.wr.ud.remote_qpn = ud->qp_num;
   wr.wr.ud.remote_qkey = 0x1234;
   ibv_send_wr* bad = nullptr;
   ASSERT_EQ(ibv_post_send(ud, &wr, &bad), 0);
   auto wcs = rx_.Poll(2);
+  EXPECT_EQ(ibv_destroy_ah(ah), 0);
   ASSERT_EQ(wcs.size(), 2u);
   for (const ibv_wc& wc : wcs) {
     EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
@@ -555,7 +557,6 @@ TEST_F(RawPacketTest, RocePacketsStillFlowAfterRawFrames) {
       EXPECT_EQ(wc.byte_len, 40 + kBytes);
     }
   }
-  EXPECT_EQ(ibv_destroy_ah(ah), 0);
 }
 
 TEST_F(RawPacketTest, MalformedEncapsulationIsDroppedAndCounted) {
