@@ -193,7 +193,11 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
   a.tm_caps.max_sge = device::kMaxTmSge;
   // Receive-side scaling on UD QPs through WQs (provider/wq.cc).
   a.max_wq_type_rq = device::kMaxWq;
-  a.rss_caps.supported_qpts = 1u << IBV_QPT_UD;
+  a.rss_caps.supported_qpts = (1u << IBV_QPT_UD) | (1u << IBV_QPT_RAW_PACKET);
+  // Raw packet QPs (engine/raw.cc) have none of the offloads raw_packet_caps
+  // names: no VLAN stripping, no FCS scatter, no checksum offload, no delay
+  // drop. The zero is the truth, left as it is.
+  a.raw_packet_caps = 0;
   a.rss_caps.max_rwq_indirection_tables = device::kMaxRwqIndTables;
   a.rss_caps.max_rwq_indirection_table_size = 1u << device::kLogMaxRwqIndTableSize;
   a.rss_caps.rx_hash_fields_mask = engine::kRxHashSupportedFields;
@@ -321,6 +325,7 @@ void InstallOps(verbs_context* vctx) {
   InstallMwOps(vctx);
   InstallMemoryOps(vctx);
   InstallDmOps(vctx);
+  InstallFlowOps(vctx);
   InstallDomainOps(vctx);
 }
 

@@ -98,6 +98,7 @@ const char* KindName(Kind kind) {
     case Kind::kDm: return "DM";
     case Kind::kTd: return "thread domain";
     case Kind::kXrcd: return "XRCD";
+    case Kind::kFlow: return "flow";
   }
   return "object";
 }

@@ -15,7 +15,7 @@
 namespace rdmaemu::provider {
 
 enum class Kind { kContext, kPd, kMr, kCq, kCompChannel, kQp, kSrq, kAh, kWq, kRwqIndTable, kMw,
-                  kDm, kTd, kXrcd };
+                  kDm, kTd, kXrcd, kFlow };
 
 // "PD", "CQ", "completion channel", ...: what log lines call a kind.
 const char* KindName(Kind kind);

@@ -172,6 +172,9 @@ struct Qp {
   std::atomic<int> tgt_handles{0};  // on the owner: handles not yet destroyed
   bool tgt_last = false;            // this handle's destroy was the last
   Xrcd* xrcd = nullptr;             // the handle it was created or opened through
+  // Flow rules steering to this raw packet QP (flow.cc): a QP with rules
+  // cannot be destroyed (EBUSY), as the kernel holds it for them.
+  std::atomic<int> flows{0};
 };
 
 struct Srq {

@@ -14,5 +14,7 @@ void InstallMwOps(verbs_context* vctx);
 void InstallMemoryOps(verbs_context* vctx);
 // ibv_alloc_dm, ibv_free_dm, ibv_reg_dm_mr and the DM's copy functions (dm.cc).
 void InstallDmOps(verbs_context* vctx);
+// ibv_create_flow, ibv_destroy_flow (flow.cc).
+void InstallFlowOps(verbs_context* vctx);
 
 }  // namespace rdmaemu::provider

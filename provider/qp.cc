@@ -26,6 +26,8 @@ using objects::QpAttributes;
 
 static_assert(static_cast<int>(objects::QpState::kErr) == IBV_QPS_ERR);
 static_assert(static_cast<int>(objects::QpType::kUd) == IBV_QPT_UD);
+static_assert(static_cast<int>(objects::QpType::kRawPacket) == IBV_QPT_RAW_PACKET);
+static_assert(static_cast<int>(engine::QpType::kRawPacket) == IBV_QPT_RAW_PACKET);
 static_assert(static_cast<int>(objects::QpType::kXrcSend) == IBV_QPT_XRC_SEND);
 static_assert(static_cast<int>(objects::QpType::kXrcRecv) == IBV_QPT_XRC_RECV);
 static_assert(static_cast<int>(engine::QpType::kXrcRecv) == IBV_QPT_XRC_RECV);
@@ -111,11 +113,13 @@ engine::QpState ToEngineState(objects::QpState s) { return static_cast<engine::Q
 bool OpcodeAllowed(engine::QpType type, ibv_wr_opcode op) {
   switch (op) {
     case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
       return true;
+    case IBV_WR_SEND_WITH_IMM:
+      // A raw frame has no header for immediate data.
+      return type != engine::QpType::kRawPacket;
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return type != engine::QpType::kUd;
+      return type != engine::QpType::kUd && type != engine::QpType::kRawPacket;
     case IBV_WR_BIND_MW:
     case IBV_WR_LOCAL_INV:
       // Binding and invalidating windows are RC and UC work (as rxe).
@@ -191,6 +195,10 @@ Result<engine::SendWqe> BuildSendWqe(Qp& qp, const ibv_send_wr& wr, bool bind_ve
   };
   if (eqp.type == engine::QpType::kXrcRecv) {
     return fail("an XRC_RECV QP has no send queue: send through an XRC_SEND QP");
+  }
+  if (eqp.send_cq == nullptr) {
+    return fail("the QP has no send queue (a RAW_PACKET QP with an indirection table created "
+                "without a send_cq only receives)");
   }
   if (!OpcodeAllowed(eqp.type, wr.opcode)) {
     return fail(fmt::format("opcode {} is not valid on a {} QP", static_cast<int>(wr.opcode),
@@ -461,8 +469,9 @@ void SyncEngineState(Qp& qp) {
 // A QP with an indirection table (IBV_QP_INIT_ATTR_IND_TABLE and
 // IBV_QP_INIT_ATTR_RX_HASH, both): a UD QP that receives through the
 // table's WQs, steered by a Toeplitz hash of the selected fields (rss.h).
-// mlx5 does this on RAW_PACKET QPs, which this device does not have; the
-// rules are the kernel's for such QPs: no SRQ and no receive queue of its own.
+// mlx5 does this on RAW_PACKET QPs, and so does this device (hashing the
+// frame's IPv4 addresses and UDP ports, engine/raw.cc); the rules are the
+// kernel's for such QPs: no SRQ and no receive queue of its own.
 Status CheckRss(ibv_context* context, const ibv_qp_init_attr_ex& attr) {
   auto fail = [](int code, std::string why) -> Status {
     Log().warn("ibv_create_qp_ex: {}", why);
@@ -473,9 +482,9 @@ Status CheckRss(ibv_context* context, const ibv_qp_init_attr_ex& attr) {
     return fail(EINVAL, "receive-side scaling needs both IBV_QP_INIT_ATTR_IND_TABLE (with "
                         "rwq_ind_tbl) and IBV_QP_INIT_ATTR_RX_HASH");
   }
-  if (attr.qp_type != IBV_QPT_UD) {
-    return fail(EOPNOTSUPP, "only a UD QP can steer its receives through an indirection table on "
-                            "this device (mlx5 does it on RAW_PACKET QPs, which it does not have)");
+  if (attr.qp_type != IBV_QPT_UD && attr.qp_type != IBV_QPT_RAW_PACKET) {
+    return fail(EOPNOTSUPP, "only UD and RAW_PACKET QPs can steer their receives through an "
+                            "indirection table on this device");
   }
   if (!HandleOf(attr.rwq_ind_tbl, Kind::kRwqIndTable, context, "ibv_create_qp_ex", "rwq_ind_tbl")) {
     return InvalidArgument("not an indirection table of this context");
@@ -536,7 +545,8 @@ Result<Xrcd*> PrepareXrc(ibv_context* context, ibv_qp_init_attr_ex& attr) {
 // The CQs and SRQ a new QP names must be live objects of its context (the
 // kernel finds them by handle in the context's own table).
 Status CheckQueues(ibv_context* context, const ibv_qp_init_attr_ex& attr, bool rss) {
-  if (!HandleOf(attr.send_cq, Kind::kCq, context, "ibv_create_qp", "send_cq") ||
+  // A null send_cq got here only where it is optional (CreateQp).
+  if ((attr.send_cq != nullptr && !HandleOf(attr.send_cq, Kind::kCq, context, "ibv_create_qp", "send_cq")) ||
       (!rss && !HandleOf(attr.recv_cq, Kind::kCq, context, "ibv_create_qp", "recv_cq")) ||
       (attr.srq != nullptr && !HandleOf(attr.srq, Kind::kSrq, context, "ibv_create_qp", "srq"))) {
     return InvalidArgument("a CQ or the SRQ is not one of this context");
@@ -622,9 +632,12 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* given) {
     if (Status s = CheckRss(context, *attr); !s.ok()) return s;
   }
   const bool qp_ex = attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  // RAW_PACKET needs CAP_NET_RAW on Linux; an emulated port is no host
+  // interface to eavesdrop on, so here it needs nothing.
   if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD &&
-      !xrc) {
-    Log().warn("ibv_create_qp: QP type {} is not supported (RC, UC, UD, XRC_SEND and XRC_RECV are)",
+      attr->qp_type != IBV_QPT_RAW_PACKET && !xrc) {
+    Log().warn("ibv_create_qp: QP type {} is not supported (RC, UC, UD, RAW_PACKET, XRC_SEND and "
+               "XRC_RECV are)",
                static_cast<int>(attr->qp_type));
     return NotSupported("qp_type");
   }
@@ -634,7 +647,11 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* given) {
   ObjectSlot slot(*ctx->device, ObjectSlot::Limited::kQp, "ibv_create_qp");
   if (!slot.ok()) return NoMemory("max_qp");
   // Which CQs the QP completes on: a target has none, an initiator no recv_cq.
-  const bool has_send_cq = !target;
+  // A RAW_PACKET QP with an indirection table only receives (as mlx5's,
+  // whose RSS QP is a TIR without a send queue): its send_cq is optional,
+  // and without one it cannot send.
+  const bool raw_rss = rss && attr->qp_type == IBV_QPT_RAW_PACKET;
+  const bool has_send_cq = !target && !(raw_rss && attr->send_cq == nullptr);
   const bool has_recv_cq = !rss && !xrc;
   if ((has_send_cq && attr->send_cq == nullptr) || (has_recv_cq && attr->recv_cq == nullptr)) {
     Log().warn("ibv_create_qp: send_cq and recv_cq are required (recv_cq is not used by a QP "
@@ -932,6 +949,11 @@ int QueryQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init_att
 
 int DetachQp(ibv_qp* ibv) {
   Qp* qp = ToQp(ibv);
+  if (int n = qp->flows.load(); n > 0) {
+    Log().warn("ibv_destroy_qp qp#{}: {} flow rule(s) still steer to it; ibv_destroy_flow them first",
+               ibv->qp_num, n);
+    return EBUSY;
+  }
   if (qp->tgt_owner != nullptr) {
     // An XRC target lives on while another handle to it does.
     std::lock_guard lock(TargetsMutex());

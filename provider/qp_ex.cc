@@ -121,6 +121,8 @@ uint64_t SupportedSendOps(ibv_qp_type type) {
       return kSend | kWrite | kWindows;
     case IBV_QPT_UD:
       return kSend;
+    case IBV_QPT_RAW_PACKET:
+      return IBV_QP_EX_WITH_SEND;
     default:
       return 0;
   }
@@ -131,6 +133,7 @@ const char* TypeName(ibv_qp_type type) {
     case IBV_QPT_RC: return "RC";
     case IBV_QPT_UC: return "UC";
     case IBV_QPT_UD: return "UD";
+    case IBV_QPT_RAW_PACKET: return "RAW_PACKET";
     case IBV_QPT_XRC_SEND: return "XRC_SEND";
     case IBV_QPT_XRC_RECV: return "XRC_RECV";
     default: return "this";

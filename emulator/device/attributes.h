@@ -43,6 +43,8 @@ inline constexpr int kMaxTmSge = 1;
 inline constexpr int kMaxMcastGrp = 256;
 inline constexpr int kMaxMcastQpAttach = 56;
 inline constexpr int kMaxInlineData = 256;
+// Flow steering rules (ibv_create_flow) on a device, all ports together.
+inline constexpr int kMaxFlowRules = 4096;
 // device_cap_flags_ex bits above the classic 32 (the kernel's
 // IB_UVERBS_DEVICE_FLUSH_GLOBAL and IB_UVERBS_DEVICE_ATOMIC_WRITE).
 inline constexpr uint64_t kCapFlushGlobal = uint64_t{1} << 38;

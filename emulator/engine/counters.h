@@ -56,7 +56,8 @@
   X(fault_reordered, "packets held back by a fault rule until later ones passed (reorder)")  \
   X(fault_forced, "RNR NAKs, NAKs and QP errors forced by a fault rule (rnr, nak, error)")    \
   X(fault_shaped, "packets that waited for a shaped link (rate, latency)")                    \
-  X(fault_overflows, "packets dropped: a fault or shaping hold queue was full")
+  X(fault_overflows, "packets dropped: a fault or shaping hold queue was full")               \
+  X(dropped_no_flow, "raw Ethernet frames dropped: no flow rule of the port matched")
 
 namespace rdmaemu::engine {
 

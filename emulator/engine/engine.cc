@@ -21,6 +21,7 @@
 #include "emulator/cm/mad.h"
 #include "emulator/fault/shaper.h"
 #include "emulator/objects/mr.h"
+#include "emulator/wire/ethernet.h"
 #include "emulator/wire/icrc.h"
 #include "emulator/wire/psn.h"
 
@@ -241,6 +242,7 @@ Result<std::shared_ptr<Engine>> Engine::Start(std::shared_ptr<device::Device> de
   std::shared_ptr<Engine> engine(new Engine(device));
   if (Status s = FaultsFromEnvironment(engine->faults_); !s.ok()) return s;
   if (Status s = capture::StartFromEnvironment(); !s.ok()) return s;
+  if (Status s = engine->RawSegmentFromEnvironment(); !s.ok()) return s;
   std::vector<net::UdpSocket> sockets;
   std::string where;
   for (int port = 1; port <= device->num_ports(); ++port) {
@@ -316,6 +318,10 @@ void Engine::RemoveQp(uint32_t qpn) {
   {
     std::lock_guard lock(qp->mu);
     qp->removed = true;
+  }
+  if (qp->type == QpType::kRawPacket) {
+    std::unique_lock lock(flows_mu_);
+    EraseFlowsLocked([qpn](const flow::Rule& r) { return r.qpn == qpn; });
   }
   std::lock_guard lock(mcast_mu_);
   for (auto it = groups_.begin(); it != groups_.end();) {
@@ -1026,7 +1032,8 @@ void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
     }
     // Fault rules see what the BTH says; anything shorter goes on to be
     // dropped as malformed.
-    if (!faults_.active() || d.data.size() < wire::kBthBytes) {
+    // Raw frames have no BTH for a rule to look at: they pass untouched.
+    if (!faults_.active() || d.data.size() < wire::kBthBytes || wire::IsRawFrameDatagram(d.data)) {
       ReceiveDatagram(d, now);
       continue;
     }
@@ -1045,6 +1052,11 @@ void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
   // OnDatagrams checked the socket; the fault injector gives it back as it was.
   if (d.socket < 0 || static_cast<size_t>(d.socket) >= endpoints_.size()) return;
   const uint8_t port = static_cast<uint8_t>(d.socket + 1);
+  // Checked before anything is read as RoCE: a raw frame is never a packet.
+  if (wire::IsRawFrameDatagram(d.data)) {
+    ReceiveRawFrame(d, port);
+    return;
+  }
   auto packet = wire::ParsePacket(d.data);
   if (!packet.ok()) {
     CountPort(port, &Counters::dropped_malformed);

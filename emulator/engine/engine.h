@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,7 +38,9 @@
 #include "emulator/engine/trace.h"
 #include "emulator/engine/qp.h"
 #include "emulator/fault/injector.h"
+#include "emulator/flow/rule.h"
 #include "emulator/net/loop.h"
+#include "emulator/wire/ethernet.h"
 #include "emulator/wire/packet.h"
 
 namespace rdmaemu::engine {
@@ -99,6 +102,15 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // from every group, as the kernel does at destroy.
   Status DetachMcast(uint32_t qpn, uint8_t port, uint32_t group);
 
+  // Flow steering for raw packet QPs (raw.cc, flow/rule.h), any thread.
+  // AddFlow gives the rule its id and returns it; ENOMEM past
+  // device::kMaxFlowRules. The first rule on a port makes the port listen
+  // to its segment's flooded frames (kRawSegmentGroup), the last one
+  // removed stops it. RemoveQp removes the QP's rules.
+  Result<uint64_t> AddFlow(flow::Rule rule);
+  // EINVAL if no rule has the id.
+  Status RemoveFlow(uint64_t id);
+
   // The device's counters: the sum of its ports'.
   CounterValues counters() const;
   // One port's. EINVAL for a port the device lacks.
@@ -146,6 +158,24 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   void ReceiveMulticast(const wire::PacketView& packet, const net::Datagram& dgram, uint8_t port);
   // Leaves the group, closing its socket if nobody is left; mcast_mu_ held.
   void LeaveGroupLocked(uint8_t port, uint32_t group, uint32_t qpn);
+
+  // raw.cc: raw packet QPs. A frame to another port's MAC goes to that
+  // port only; broadcast, multicast and any other destination are flooded
+  // to the segment group, which every port with flow rules listens to.
+  void ExecuteRawSend(Qp& qp, const SendWqe& wqe);
+  // A datagram that carries the raw frame marker (wire/ethernet.h), from
+  // `port`'s socket or its segment group socket.
+  void ReceiveRawFrame(const net::Datagram& dgram, uint8_t port);
+  void DeliverRaw(Qp& qp, std::span<const uint8_t> frame, const wire::FrameFields& fields,
+                  uint8_t port);
+  void DeliverRawRss(Qp& qp, std::span<const uint8_t> frame, const wire::FrameFields& fields);
+  // RDMAEMU_RAW_SEGMENT: the IPv4 multicast group of the raw segment, when
+  // not wire::kRawSegmentGroup (separate segments on one host: tests that
+  // run at once). EINVAL for an address outside 224.0.0.0/4.
+  Status RawSegmentFromEnvironment();
+  // Drops the rules `drop` selects, leaving the segment group on ports left
+  // without rules; flows_mu_ held. How many it dropped.
+  size_t EraseFlowsLocked(const std::function<bool(const flow::Rule&)>& drop);
 
   // engine.cc: UD and shared helpers.
   void ExecuteUdSend(Qp& qp, const SendWqe& wqe);
@@ -349,6 +379,15 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   std::mutex mcast_mu_;
   std::map<std::pair<uint8_t, uint32_t>, Group> groups_;  // guarded by mcast_mu_
 
+  // Flow rules of raw packet QPs, and per port the socket of the segment
+  // group it listens on while it has rules (0: none).
+  std::shared_mutex flows_mu_;
+  std::vector<flow::Rule> flows_;     // guarded by flows_mu_
+  uint64_t next_flow_id_ = 1;         // guarded by flows_mu_
+  uint32_t raw_segment_ = wire::kRawSegmentGroup;  // host order; constant after Start
+  uint32_t segment_socket_[2] = {};   // guarded by flows_mu_
+  bool segment_joined_[2] = {};       // guarded by flows_mu_
+
   std::mutex pending_mu_;
   std::vector<uint32_t> pending_;  // guarded by pending_mu_: QPs rung since the last OnWork
 
@@ -371,6 +410,10 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   std::vector<uint8_t> scratch_;   // payload gathering
   std::vector<uint8_t> packet_;    // packet building
   std::vector<uint32_t> mcast_members_;  // ReceiveMulticast: a group's QPs
+  std::vector<uint32_t> raw_targets_;    // ReceiveRawFrame: the QPs a frame goes to
+  // ExecuteRawSend's datagram, apart from packet_: that one keeps the size
+  // of the largest packet, which BuildPacket writes into.
+  std::vector<uint8_t> raw_datagram_;
 };
 
 // One engine per open device in the process, shared by its contexts.

@@ -33,7 +33,8 @@ using Clock = std::chrono::steady_clock;
 // libibverbs' numbering (enum ibv_qp_type, enum ibv_qp_state). XRC_SEND is
 // an RC requester without a responder, XRC_RECV an RC responder without a
 // requester that receives into the XRC SRQ each request names.
-enum class QpType : uint8_t { kRc = 2, kUc = 3, kUd = 4, kXrcSend = 9, kXrcRecv = 10 };
+// RAW_PACKET sends and receives whole Ethernet frames (engine/raw.cc).
+enum class QpType : uint8_t { kRc = 2, kUc = 3, kUd = 4, kRawPacket = 8, kXrcSend = 9, kXrcRecv = 10 };
 enum class QpState : uint8_t { kReset = 0, kInit, kRtr, kRts, kSqd, kSqe, kErr };
 // The transports with acknowledgements, NAKs, a window and retries.
 inline bool IsReliable(QpType t) {
@@ -45,6 +46,7 @@ inline const char* QpTypeName(QpType t) {
     case QpType::kRc: return "RC";
     case QpType::kUc: return "UC";
     case QpType::kUd: return "UD";
+    case QpType::kRawPacket: return "RAW_PACKET";
     case QpType::kXrcSend: return "XRC_SEND";
     case QpType::kXrcRecv: return "XRC_RECV";
   }
@@ -213,7 +215,7 @@ struct Qp {
   uint32_t xrcd = 0;
   // Bumped by the engine thread, read by anyone (counters.h).
   Counters counters;
-  // A UD QP created with an indirection table receives through its WQs
+  // A UD or raw packet QP created with an indirection table receives through its WQs
   // (and has no RQ of its own); set before the QP is added, constant after.
   std::shared_ptr<const RwqIndTable> rss;
   RxHashConfig rx_hash;

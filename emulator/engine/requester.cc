@@ -69,12 +69,17 @@ void Engine::Progress(Qp& qp, Clock::time_point now) {
   // (IBA 10.3.1.3: "drained" once all of them are acknowledged).
   const bool draining = qp.attrs.state == QpState::kSqd;
   if (qp.attrs.state != QpState::kRts && !draining) return;
-  if (qp.type == QpType::kUd) {
+  if (qp.type == QpType::kUd || qp.type == QpType::kRawPacket) {
+    // Datagrams: each WQE is sent, and completes, as it is started.
     while (!qp.sq.empty() && (!draining || qp.sqd_admit > 0)) {
       if (draining) --qp.sqd_admit;
       SendWqe w = std::move(qp.sq.front());
       qp.sq.pop_front();
-      ExecuteUdSend(qp, w);
+      if (qp.type == QpType::kUd) {
+        ExecuteUdSend(qp, w);
+      } else {
+        ExecuteRawSend(qp, w);
+      }
     }
     CheckDrained(qp);
     return;

@@ -87,8 +87,17 @@ constexpr Transition kTransitions[] = {
 bool IsState(QpState s) { return static_cast<uint32_t>(s) < kNumQpStates; }
 
 bool IsType(QpType t) {
-  return t == QpType::kRc || t == QpType::kUc || t == QpType::kUd || t == QpType::kXrcSend ||
-         t == QpType::kXrcRecv;
+  return t == QpType::kRc || t == QpType::kUc || t == QpType::kUd || t == QpType::kRawPacket ||
+         t == QpType::kXrcSend || t == QpType::kXrcRecv;
+}
+
+// A raw packet QP has no remote side, no P_Key and no Q_Key: of UD's
+// attributes it keeps the port alone (Linux's qp_state_table lists
+// IB_QP_PORT for RAW_PACKET on RESET->INIT and as optional on INIT->INIT,
+// and nothing else), plus what any RTS modify may name (IBV_QP_CUR_STATE).
+constexpr uint32_t kRawAttrs = kQpPort | kQpCurState;
+constexpr TransitionMasks RawMasks(TransitionMasks ud) {
+  return {ud.required & kRawAttrs, ud.optional & kRawAttrs};
 }
 
 // An XRC QP is half of an RC QP (Linux's qp_state_table lists the same
@@ -370,6 +379,7 @@ std::string_view ToString(QpType type) {
     case QpType::kRc: return "RC";
     case QpType::kUc: return "UC";
     case QpType::kUd: return "UD";
+    case QpType::kRawPacket: return "RAW_PACKET";
     case QpType::kXrcSend: return "XRC_SEND";
     case QpType::kXrcRecv: return "XRC_RECV";
   }
@@ -417,6 +427,7 @@ std::optional<TransitionMasks> FindTransition(QpType type, QpState from, QpState
       case QpType::kRc: return t.rc;
       case QpType::kUc: return t.uc;
       case QpType::kUd: return t.ud;
+      case QpType::kRawPacket: return RawMasks(t.ud);
       case QpType::kXrcSend: return Without(t.rc, kReceiveSideAttrs);
       case QpType::kXrcRecv: return Without(t.rc, kSendSideAttrs);
     }
@@ -428,7 +439,7 @@ std::optional<TransitionMasks> FindTransition(QpType type, QpState from, QpState
 Status CheckModify(QpType type, const QpAttributes& current, const QpAttributes& requested,
                    uint32_t mask, const QpLimits& limits) {
   if (!IsType(type)) {
-    return InvalidArgument(fmt::format("QP type {} has no state machine here (RC, UC, UD and XRC do)",
+    return InvalidArgument(fmt::format("QP type {} has no state machine here (RC, UC, UD, RAW_PACKET and XRC do)",
                                        static_cast<uint32_t>(type)));
   }
   if (uint32_t unknown = mask & ~kQpKnownAttrMask) {

@@ -37,7 +37,7 @@ inline constexpr int kNumQpStates = 7;
 
 // XRC_SEND is the initiator (INI: a send queue only), XRC_RECV the target
 // (TGT: no queues; each message names the XRC SRQ it lands in).
-enum class QpType : uint32_t { kRc = 2, kUc = 3, kUd = 4, kXrcSend = 9, kXrcRecv = 10 };
+enum class QpType : uint32_t { kRc = 2, kUc = 3, kUd = 4, kRawPacket = 8, kXrcSend = 9, kXrcRecv = 10 };
 
 enum class Mtu : uint32_t { k256 = 1, k512, k1024, k2048, k4096 };
 

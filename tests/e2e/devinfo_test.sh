@@ -43,8 +43,8 @@ t no_such_device fail "$rdmaemu" run -- ibv_devinfo -d mlx5_0 && has no_such_dev
 
 # The same device through the tool's own listing.
 t tool_devices 0 "$rdmaemu" devices && {
-  has tool_devices "$out" '^DEVICE +NODE GUID +PORT +STATE +LINK LAYER +MTU +RATE +LID +GID\[0\] ADDRESS +GID TYPE$'
-  has tool_devices "$out" '^emu0 +[0-9a-f]{16} +1 +ACTIVE +Ethernet +4096 +4x EDR +0 +127\.[0-9.]+ \(auto\) +RoCE v2$'
+  has tool_devices "$out" '^DEVICE +NODE GUID +PORT +STATE +LINK LAYER +MTU +RATE +LID +GID\[0\] ADDRESS +GID TYPE +MAC$'
+  has tool_devices "$out" '^emu0 +[0-9a-f]{16} +1 +ACTIVE +Ethernet +4096 +4x EDR +0 +127\.[0-9.]+ \(auto\) +RoCE v2 +02:00:7f(:[0-9a-f]{2}){3}$'
 }
 
 # --address sets the GID; the program sees it.

@@ -126,19 +126,28 @@ std::string GidTypeName(uint32_t type) {
 }
 
 struct Row {
-  std::string device, guid, port, state, link, mtu, rate, lid, address, gid_type;
+  std::string device, guid, port, state, link, mtu, rate, lid, address, gid_type, mac;
 };
+
+// The MAC raw packet QPs see for a RoCE port: 02:00 and its IPv4 address
+// (network order), as the device derives it (docs/raw-packet.md).
+std::string PortMac(in_addr address) {
+  const uint32_t ip = ntohl(address.s_addr);
+  return fmt::format("02:00:{:02x}:{:02x}:{:02x}:{:02x}", ip >> 24, (ip >> 16) & 0xff,
+                     (ip >> 8) & 0xff, ip & 0xff);
+}
 
 void PrintTable(const std::vector<Row>& rows) {
   std::vector<Row> all;
   all.push_back({"DEVICE", "NODE GUID", "PORT", "STATE", "LINK LAYER", "MTU", "RATE", "LID",
-                 "GID[0] ADDRESS", "GID TYPE"});
+                 "GID[0] ADDRESS", "GID TYPE", "MAC"});
   all.insert(all.end(), rows.begin(), rows.end());
   auto cols = [](const Row& r) {
     return std::vector<const std::string*>{&r.device, &r.guid, &r.port, &r.state, &r.link,
-                                           &r.mtu, &r.rate, &r.lid, &r.address, &r.gid_type};
+                                           &r.mtu, &r.rate, &r.lid, &r.address, &r.gid_type,
+                                           &r.mac};
   };
-  std::vector<size_t> width(10, 0);
+  std::vector<size_t> width(11, 0);
   for (const auto& r : all) {
     auto c = cols(r);
     for (size_t i = 0; i < c.size(); ++i) width[i] = std::max(width[i], c[i]->size());
@@ -261,20 +270,24 @@ int DevicesMain(std::span<const std::string> args, const char* argv0) {
       }
       Row r{name, guid, std::to_string(p), StateName(pa.state), LinkLayerName(pa.link_layer),
             std::to_string(128 << pa.active_mtu), WidthSpeed(pa.active_width, pa.active_speed),
-            std::to_string(pa.lid), "-", "-"};
+            std::to_string(pa.lid), "-", "-", "-"};
       ibv_gid_entry entry{};
       if (v.query_gid_ex(ctx, p, 0, &entry, 0, sizeof(entry)) == 0) {
         r.address = GidAddress(entry.gid);
         r.gid_type = GidTypeName(entry.gid_type);
       }
       int fixed = 1;
-      if (int rc = v.query_port_address(ctx, p, nullptr, &fixed); rc != 0) {
+      in_addr address{};
+      if (int rc = v.query_port_address(ctx, p, &address, &fixed); rc != 0) {
         PrintError("devices", fmt::format("{} port {}: rdmaemu_query_port_address: {}", name, p,
                                           std::strerror(rc)));
         status = kExitFailure;
-      } else if (fixed == 0) {
-        r.address += " (auto)";
-        any_auto = true;
+      } else {
+        if (pa.link_layer == IBV_LINK_LAYER_ETHERNET) r.mac = PortMac(address);
+        if (fixed == 0) {
+          r.address += " (auto)";
+          any_auto = true;
+        }
       }
       rows.push_back(std::move(r));
     }

@@ -48,16 +48,13 @@ allowed_skips=(
   'test_mlx5_[a-z_]+\..* => non MLX5 device|not an MLX5 device|PCI device must be passed|cuda-python'
   'test_mlx5_rdmacm\..* => non MLX5 device|doesn.t have net interface'
   # Converting core clock ticks to ns is libmlx5's (mlx5dv_ts_to_ns), refused on any other device.
-  'test_mlx5_timestamp\..* => Create QP type 8 is not supported|Converting timestamp to nanoseconds is not supported'
+  'test_mlx5_timestamp\..* => Converting timestamp to nanoseconds is not supported'
   'test_efa(dv|_srd)\..* => non EFA device'
   'test_cuda_dmabuf\..* => cuda-python'
   # Importing a DM into a context imported from another's cmd_fd
   # (ibv_import_dm: EOPNOTSUPP); dmabuf (needs a GPU's render node).
   'test_device\.SharedDMTest\.test_import_dm => Some object imports are not supported'
   'test_mr\.DmaBuf[A-Za-z]*\..* => Allocating dmabuf is not supported|dmabuf'
-  # Raw packet QPs (QP type 8), which RSS traffic and flow steering need.
-  'test_qp\.QPTest\.test_(create|query)_raw_qp.* => Raw Packet QP'
-  'test_(flow|rss_traffic)\..* => Create QP type 8 is not supported'
   # Tests needing 2M huge pages the machine has not allocated (tools/setup
   # sets some aside where it may).
   'test_odp\..* => no huge pages'

@@ -217,10 +217,30 @@ TEST(QpTransitionTable, MatchesTheSpecForEveryTypeAndPairOfStates) {
 }
 
 TEST(QpTransitionTable, UnknownTypeHasNoTransitions) {
-  EXPECT_FALSE(FindTransition(static_cast<QpType>(8), S::kReset, S::kInit));
-  Status s = CheckModify(static_cast<QpType>(8), InState(S::kReset), Request(S::kReset, S::kInit),
+  // 7: no ibv_qp_type has it.
+  EXPECT_FALSE(FindTransition(static_cast<QpType>(7), S::kReset, S::kInit));
+  Status s = CheckModify(static_cast<QpType>(7), InState(S::kReset), Request(S::kReset, S::kInit),
                          kQpState | kQpPkeyIndex | kQpPort, Limits());
   EXPECT_EQ(s.code(), EINVAL);
+}
+
+// Linux's qp_state_table for IB_QPT_RAW_PACKET: the port at RESET->INIT,
+// optional at INIT->INIT, nothing else anywhere.
+TEST(QpTransitionTable, RawPacketNeedsThePortAlone) {
+  auto init = FindTransition(QpType::kRawPacket, S::kReset, S::kInit);
+  ASSERT_TRUE(init);
+  EXPECT_EQ(init->required, kQpPort);
+  EXPECT_EQ(init->optional, 0u);
+  auto rtr = FindTransition(QpType::kRawPacket, S::kInit, S::kRtr);
+  ASSERT_TRUE(rtr);
+  EXPECT_EQ(rtr->required, 0u);
+  auto rts = FindTransition(QpType::kRawPacket, S::kRtr, S::kRts);
+  ASSERT_TRUE(rts);
+  EXPECT_EQ(rts->required, 0u);
+  EXPECT_EQ(CheckModify(QpType::kRawPacket, InState(S::kReset), Request(S::kReset, S::kInit),
+                        kQpState | kQpPkeyIndex | kQpPort, Limits())
+                .code(),
+            EINVAL);
 }
 
 // ------------------------------------------------------------- the masks

@@ -453,7 +453,7 @@ TEST_F(WqTest, IndirectionTableAndRssQpChecks) {
 
   ibv_device_attr_ex dev{};
   ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &dev), 0);
-  EXPECT_EQ(dev.rss_caps.supported_qpts, 1u << IBV_QPT_UD);
+  EXPECT_EQ(dev.rss_caps.supported_qpts, (1u << IBV_QPT_UD) | (1u << IBV_QPT_RAW_PACKET));
   EXPECT_EQ(dev.rss_caps.max_rwq_indirection_table_size, 256u);
   EXPECT_EQ(dev.rss_caps.rx_hash_function, IBV_RX_HASH_FUNC_TOEPLITZ);
   EXPECT_GT(dev.max_wq_type_rq, 0u);

@@ -77,6 +77,7 @@ struct rdmaemu_counters {
 	uint64_t fault_forced;		/* RNR NAKs, NAKs, QP errors: rnr, nak, error */
 	uint64_t fault_shaped;		/* waited for the link: rate, latency */
 	uint64_t fault_overflows;	/* dropped: a hold queue was full */
+	uint64_t dropped_no_flow;	/* raw frames no flow rule matched */
 };
 
 /* A port's counters, or with port_num 0 the whole device's (the sum of its
