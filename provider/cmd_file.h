@@ -1,10 +1,10 @@
 // What a context's cmd_fd stands for: the kernel's per-file table of
 // object handles. A context opened with ibv_open_device has a file of its
 // own; one made by ibv_import_device(cmd_fd) shares the file of the context
-// that fd came from, and so its PDs and MRs: ibv_import_pd/ibv_import_mr
-// look their handles up here.
+// that fd came from, and so its PDs, MRs and DMs: ibv_import_pd,
+// ibv_import_mr and ibv_import_dm look their handles up here.
 //
-// A PD or MR can be named by several ibv_* structs at once (the one that
+// A PD, MR or DM can be named by several ibv_* structs at once (the one that
 // created it and each import of it): its views. Destroying it through any
 // view destroys it for all, as the kernel destroys the object behind the
 // handle; releasing one view (ibv_unimport_*) leaves the object alone.
@@ -22,6 +22,7 @@ namespace rdmaemu::provider {
 
 struct Pd;
 struct Mr;
+struct Dm;
 
 // Views by handle; T has `ibv` (with a context) as its first member.
 template <typename T>
@@ -76,6 +77,7 @@ class Views {
 struct CmdFile {
   Views<Pd> pds;  // PDs only: a parent domain is no kernel object and has no handle of its own
   Views<Mr> mrs;  // by ibv_mr.handle (the lkey)
+  Views<Dm> dms;  // by ibv_dm.handle
 };
 
 }  // namespace rdmaemu::provider

@@ -309,6 +309,7 @@ void FreeContext(verbs_context* vctx) {
   if (ctx->listener_id != 0) ctx->device->RemoveListener(ctx->listener_id);
   ctx->file->pds.Forget(&vctx->context);
   ctx->file->mrs.Forget(&vctx->context);
+  ctx->file->dms.Forget(&vctx->context);
   CloseHandles(&vctx->context);
   RemoveHandle(&vctx->context);
   check::Dispose(ctx);

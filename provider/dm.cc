@@ -17,6 +17,7 @@
 #include "provider/check/check.h"
 #include "provider/check/quarantine.h"
 #include "provider/check/sends.h"
+#include "provider/cmd_file.h"
 #include "provider/handles.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
@@ -83,6 +84,7 @@ ibv_dm* AllocDm(ibv_context* context, ibv_alloc_dm_attr* attr) {
   dm->ibv.comp_mask = IBV_DM_MASK_HANDLE;
   dm->ibv.handle = g_next_dm_handle.fetch_add(1);
   AddHandle(&dm->ibv, Kind::kDm, context);
+  ToContext(context)->file->dms.Add(dm->ibv.handle, dm);
   return &dm->ibv;
 }
 
@@ -91,10 +93,16 @@ ibv_dm* AllocDm(ibv_context* context, ibv_alloc_dm_attr* attr) {
 int FreeDm(ibv_dm* ibv) {
   if (LiveHandle(ibv, Kind::kDm, "ibv_free_dm") == nullptr) return ENOENT;
   Dm* dm = ToDm(ibv);
-  if (int users = dm->users.load(); users != 0) {
+  if (int users = dm->users->load(); users != 0) {
     Log().warn("ibv_free_dm(dm#{}): {} memory region(s) still register it; ibv_dereg_mr them first",
                ibv->handle, users);
     return EBUSY;
+  }
+  // The object goes, through whichever view, as the kernel frees the
+  // object behind the handle: its other views are retired (every verb but
+  // ibv_unimport_dm refuses them; the memory stays theirs until then).
+  for (Dm* view : ToContext(ibv->context)->file->dms.TakeAll(ibv->handle)) {
+    if (view != dm) RetireHandle(&view->ibv);
   }
   RemoveHandle(ibv);
   check::Dispose(dm);  // its memory goes back to the device
@@ -130,8 +138,8 @@ Result<ibv_mr*> RegDmMrChecked(ibv_pd* pd, ibv_dm* ibv_dm, uint64_t offset, size
   if (!mr.ok()) return mr.status();
   auto* out = new Mr{};
   out->mr = *mr;
-  out->dm = dm;
-  ++dm->users;
+  out->dm_users = dm->users;
+  ++*dm->users;
   ++ToPd(pd)->users;
   out->ibv.context = context;
   out->ibv.pd = pd;
@@ -157,6 +165,43 @@ ibv_mr* RegDmMr(ibv_pd* pd, ibv_dm* dm, uint64_t offset, size_t length, unsigned
 }
 
 }  // namespace
+
+Result<ibv_dm*> ImportDm(ibv_context* context, uint32_t dm_handle) {
+  if (Status dead = DeadDevice(context, "ibv_import_dm"); !dead.ok()) return dead;
+  auto* view = new Dm{};
+  const bool found = ToContext(context)->file->dms.With(dm_handle, [&](Dm& dm) {
+    view->buffer = dm.buffer;
+    view->users = dm.users;
+  });
+  if (!found) {
+    Log().warn("ibv_import_dm: the context's file holds no DM with handle {} (never allocated, "
+               "freed, or allocated on a context opened separately: only contexts imported from "
+               "one another share handles)", dm_handle);
+    delete view;
+    return NotFound("no such DM handle");
+  }
+  view->imported = true;
+  view->ibv.context = context;
+  view->ibv.memcpy_to_dm = CopyToDm;
+  view->ibv.memcpy_from_dm = CopyFromDm;
+  view->ibv.comp_mask = IBV_DM_MASK_HANDLE;
+  view->ibv.handle = dm_handle;
+  AddHandle(&view->ibv, Kind::kDm, context);
+  ToContext(context)->file->dms.Add(dm_handle, view);
+  return &view->ibv;
+}
+
+void UnimportDm(ibv_dm* ibv) {
+  Dm* dm = ToDm(ibv);
+  if (!dm->imported && !Retired(ibv)) {
+    Log().warn("ibv_unimport_dm: dm#{} was allocated here, not imported; free it with ibv_free_dm",
+               ibv->handle);
+    return;
+  }
+  ToContext(ibv->context)->file->dms.Remove(ibv->handle, dm);
+  RemoveHandle(ibv);
+  check::Dispose(dm);
+}
 
 void InstallDmOps(verbs_context* vctx) {
   vctx->alloc_dm = AllocDm;

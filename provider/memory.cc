@@ -119,7 +119,7 @@ int ReregMr(ibv_mr* ibv, int flags, ibv_pd* pd, void* addr, size_t length, int a
     return EINVAL;
   }
   if (flags == 0) return EINVAL;
-  if (mr->dm != nullptr) {
+  if (mr->dm_users != nullptr) {
     // As the kernel (ib_uverbs_rereg_mr): a region over device memory has
     // no translation to change.
     Log().warn("ibv_rereg_mr(mr lkey {:#x}): the region is over device memory (ibv_reg_dm_mr) and "
@@ -184,8 +184,8 @@ int DeregMr(ibv_mr* ibv) {
     return s.code();
   }
   --CountedPd(*mr)->users;
-  if (mr->dm != nullptr) {
-    --mr->dm->users;
+  if (mr->dm_users != nullptr) {
+    --*mr->dm_users;
     if (check::On()) check::DeviceMemoryKey(lkey, false);
   }
   // Its other views (ibv_import_mr): as for a PD's.

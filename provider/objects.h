@@ -90,7 +90,9 @@ struct Dm;
 struct Mr {
   ibv_mr ibv;  // must be first
   std::shared_ptr<const objects::Mr> mr;
-  Dm* dm = nullptr;  // the device memory it registers (ibv_reg_dm_mr), if any
+  // The registered-MR count of the device memory it registers
+  // (ibv_reg_dm_mr), shared by the DM's views; NULL for host memory.
+  std::shared_ptr<std::atomic<int>> dm_users;
   bool imported = false;  // by ibv_import_mr: ibv_unimport_mr releases it
   // The PD view whose count the region holds (the one it was registered or
   // reregistered on), shared by the region's views: an imported view's own
@@ -102,8 +104,11 @@ struct Mr {
 // ibv_alloc_dm's buffer (dm.cc).
 struct Dm {
   ibv_dm ibv;  // must be first
-  std::unique_ptr<objects::DmBuffer> buffer;
-  std::atomic<int> users{0};  // MRs registered on it
+  // Shared by the DM's views (the allocating one and each ibv_import_dm):
+  // the memory and the count of MRs registered on it through any view.
+  std::shared_ptr<objects::DmBuffer> buffer;
+  std::shared_ptr<std::atomic<int>> users = std::make_shared<std::atomic<int>>(0);
+  bool imported = false;  // by ibv_import_dm: ibv_unimport_dm releases it
 };
 
 struct Mw {

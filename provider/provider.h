@@ -92,6 +92,10 @@ Result<ibv_pd*> ImportPd(ibv_context* context, uint32_t pd_handle);
 Result<ibv_mr*> ImportMr(ibv_pd* pd, uint32_t mr_handle);
 void UnimportPd(ibv_pd* pd);
 void UnimportMr(ibv_mr* mr);
+// ibv_import_dm / ibv_unimport_dm (dm.cc): likewise for device memory; a
+// view shares the DM's memory and its count of registered MRs.
+Result<ibv_dm*> ImportDm(ibv_context* context, uint32_t dm_handle);
+void UnimportDm(ibv_dm* dm);
 Result<ibv_mr*> RegMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
 int ReregMr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access);
 int DeregMr(ibv_mr* mr);

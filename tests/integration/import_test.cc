@@ -9,9 +9,11 @@
 #include <infiniband/verbs.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <vector>
 
 #include "tests/integration/rc_pair.h"
 
@@ -149,6 +151,46 @@ TEST_F(ImportTest, DeallocThroughAnImportDestroysThePdForEveryView) {
   EXPECT_EQ(ibv_import_pd(imported_, pd->handle), nullptr);
   EXPECT_EQ(errno, ENOENT);
   ibv_unimport_pd(pd);  // the one verb a destroyed PD's other view still takes
+}
+
+// ibv_import_dm(3): a view of the same device memory, as pyverbs'
+// SharedDMTest writes through one and reads through the other.
+TEST_F(ImportTest, ImportedDmSharesTheMemoryAndItsRegions) {
+  ibv_alloc_dm_attr attr{};
+  attr.length = 4096;
+  ibv_dm* dm = ibv_alloc_dm(ctx_, &attr);
+  ASSERT_NE(dm, nullptr) << "errno " << errno;
+  ibv_dm* view = ibv_import_dm(imported_, dm->handle);
+  ASSERT_NE(view, nullptr) << "errno " << errno;
+  EXPECT_EQ(view->handle, dm->handle);
+  std::vector<uint8_t> out(4096, 0xab), in(4096, 0);
+  ASSERT_EQ(ibv_memcpy_to_dm(dm, 0, out.data(), out.size()), 0);
+  ASSERT_EQ(ibv_memcpy_from_dm(in.data(), view, 0, in.size()), 0);
+  EXPECT_EQ(in, out);
+
+  // A region registered through the view keeps the DM (through any view).
+  ibv_pd* pd = ibv_alloc_pd(imported_);
+  ASSERT_NE(pd, nullptr);
+  ibv_mr* mr = ibv_reg_dm_mr(pd, view, 0, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED);
+  ASSERT_NE(mr, nullptr) << "errno " << errno;
+  EXPECT_EQ(ibv_free_dm(dm), EBUSY);
+  ASSERT_EQ(ibv_dereg_mr(mr), 0);
+  ASSERT_EQ(ibv_dealloc_pd(pd), 0);
+
+  ibv_unimport_dm(view);
+  errno = 0;
+  EXPECT_EQ(ibv_import_dm(imported_, dm->handle + 1000), nullptr);
+  EXPECT_EQ(errno, ENOENT);
+  // Freed through the original: the handle names nothing any more.
+  ibv_dm* again = ibv_import_dm(imported_, dm->handle);
+  ASSERT_NE(again, nullptr);
+  const uint32_t handle = dm->handle;
+  ASSERT_EQ(ibv_free_dm(dm), 0);
+  EXPECT_EQ(ibv_memcpy_to_dm(again, 0, out.data(), 8), EINVAL) << "a freed DM's other view";
+  ibv_unimport_dm(again);
+  errno = 0;
+  EXPECT_EQ(ibv_import_dm(imported_, handle), nullptr);
+  EXPECT_EQ(errno, ENOENT);
 }
 
 TEST_F(ImportTest, DescriptorsThatAreNoLiveContextAreRefused) {

@@ -52,13 +52,4 @@ struct ibv_mr* ibv_reg_dmabuf_mr(struct ibv_pd* pd, uint64_t offset, size_t leng
   FAIL_PTR("ibv_reg_dmabuf_mr");
 }
 
-// ---- Import / unimport of device memory (IBVERBS_1.13) ---------------------
-// (Devices, PDs and MRs are imported by verbs/core/import.cc.)
-struct ibv_dm* ibv_import_dm(struct ibv_context* context, uint32_t dm_handle) {
-  FAIL_PTR("ibv_import_dm");
-}
-
-// Nothing can have been imported, so there is nothing to release.
-void ibv_unimport_dm(struct ibv_dm* dm) { NOT_IMPLEMENTED("ibv_unimport_dm"); }
-
 }  // extern "C"

@@ -1,4 +1,5 @@
-// ibv_import_device, ibv_import_pd, ibv_import_mr and the unimports.
+// ibv_import_device, ibv_import_pd, ibv_import_mr, ibv_import_dm and the
+// unimports.
 //
 // The kernel finds the device behind a cmd_fd by its character device; an
 // emulated context's cmd_fd is a memfd (device.cc), so the library keeps
@@ -143,6 +144,13 @@ ibv_mr* ibv_import_mr(ibv_pd* pd, uint32_t mr_handle) {
   return *mr;
 }
 
+ibv_dm* ibv_import_dm(ibv_context* context, uint32_t dm_handle) {
+  if (!LiveHandle(context, Kind::kContext, "ibv_import_dm")) return FailWith<ibv_dm>(kNoSuchObject);
+  auto dm = provider::ImportDm(context, dm_handle);
+  if (!dm.ok()) return FailWith<ibv_dm>(dm.status().code());
+  return *dm;
+}
+
 // Void: a bad argument is logged and ignored. A view whose object was
 // destroyed through another view is still accepted here, and only here.
 void ibv_unimport_pd(ibv_pd* pd) {
@@ -153,6 +161,11 @@ void ibv_unimport_pd(ibv_pd* pd) {
 void ibv_unimport_mr(ibv_mr* mr) {
   if (!provider::AckableHandle(mr, Kind::kMr, "ibv_unimport_mr")) return;
   provider::UnimportMr(mr);
+}
+
+void ibv_unimport_dm(ibv_dm* dm) {
+  if (!provider::AckableHandle(dm, Kind::kDm, "ibv_unimport_dm")) return;
+  provider::UnimportDm(dm);
 }
 
 }  // extern "C"

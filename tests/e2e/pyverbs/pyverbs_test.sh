@@ -51,9 +51,7 @@ allowed_skips=(
   'test_mlx5_timestamp\..* => Converting timestamp to nanoseconds is not supported'
   'test_efa(dv|_srd)\..* => non EFA device'
   'test_cuda_dmabuf\..* => cuda-python'
-  # Importing a DM into a context imported from another's cmd_fd
-  # (ibv_import_dm: EOPNOTSUPP); dmabuf (needs a GPU's render node).
-  'test_device\.SharedDMTest\.test_import_dm => Some object imports are not supported'
+  # dmabuf (needs a GPU's render node).
   'test_mr\.DmaBuf[A-Za-z]*\..* => Allocating dmabuf is not supported|dmabuf'
   # Tests needing 2M huge pages the machine has not allocated (tools/setup
   # sets some aside where it may).
