@@ -31,21 +31,22 @@ t devinfo_two 0 "$rdmaemu" run --config "$two" -- ibv_devinfo -d emu1 -v && {
   has devinfo_two "$out" $'^\t\t\tstate:\t\t\tPORT_DOWN \\(1\\)$'
 }
 t tool_two 0 "$rdmaemu" devices --config "$two" && {
-  has tool_two "$out" '^emu0 +[0-9a-f]{16} +1 +ACTIVE +Ethernet +4096 .* 127\.0\.0\.41 +RoCE v2$'
-  has tool_two "$out" '^emu1 +[0-9a-f]{16} +1 +ACTIVE +Ethernet +2048 .* 127\.0\.0\.42 +RoCE v2$'
-  has tool_two "$out" '^emu1 +[0-9a-f]{16} +2 +DOWN +Ethernet .* 127\.0\.0\.43 +RoCE v2$'
+  has tool_two "$out" '^emu0 +[0-9a-f]{16} +1 +ACTIVE +Ethernet +4096 .* 127\.0\.0\.41 +RoCE v2 +[0-9a-f:]{17}$'
+  has tool_two "$out" '^emu1 +[0-9a-f]{16} +1 +ACTIVE +Ethernet +2048 .* 127\.0\.0\.42 +RoCE v2 +[0-9a-f:]{17}$'
+  has tool_two "$out" '^emu1 +[0-9a-f]{16} +2 +DOWN +Ethernet .* 127\.0\.0\.43 +RoCE v2 +[0-9a-f:]{17}$'
 }
 # Addresses picked at open are marked, and two such devices listed together
 # get two addresses, as in one program that opens both.
 auto="$tmp/auto.conf"
 printf 'device emu0\nport\ndevice emu1\nport\nport address=127.0.0.43\n' >"$auto"
 t tool_auto 0 "$rdmaemu" devices --config "$auto" && {
-  has tool_auto "$out" '^emu0 +[0-9a-f]{16} +1 .* 127\.[0-9.]+ \(auto\) +RoCE v2$'
-  has tool_auto "$out" '^emu1 +[0-9a-f]{16} +1 .* 127\.[0-9.]+ \(auto\) +RoCE v2$'
-  has tool_auto "$out" '^emu1 +[0-9a-f]{16} +2 .* 127\.0\.0\.43 +RoCE v2$'
+  has tool_auto "$out" '^emu0 +[0-9a-f]{16} +1 .* 127\.[0-9.]+ \(auto\) +RoCE v2 +[0-9a-f:]{17}$'
+  has tool_auto "$out" '^emu1 +[0-9a-f]{16} +1 .* 127\.[0-9.]+ \(auto\) +RoCE v2 +[0-9a-f:]{17}$'
+  has tool_auto "$out" '^emu1 +[0-9a-f]{16} +2 .* 127\.0\.0\.43 +RoCE v2 +[0-9a-f:]{17}$'
   has tool_auto "$out" '^\(auto\): the first free address of 127\.0\.0\.0/8'
-  a0=$(awk '$1 == "emu0" && $3 == 1 {print $(NF-3)}' "$out")
-  a1=$(awk '$1 == "emu1" && $3 == 1 {print $(NF-3)}' "$out")
+  # ... ADDRESS (auto) RoCE v2 MAC: the address is the fifth field from the end.
+  a0=$(awk '$1 == "emu0" && $3 == 1 {print $(NF-4)}' "$out")
+  a1=$(awk '$1 == "emu1" && $3 == 1 {print $(NF-4)}' "$out")
   if [ -z "$a0" ] || [ "$a0" = "$a1" ]; then
     fail "tool_auto: emu0 and emu1 list the same automatic address '$a0'"
   fi

@@ -12,6 +12,7 @@ cp "$2" "$libdir/librdmacm.so.1"
 
 failures=0
 port=$(( 20000 + RANDOM % 20000 ))
+host=$(( RANDOM % 200 ))
 run() {  # engine, program, args...
   local engine="$1" program="$2"
   shift 2
@@ -19,15 +20,20 @@ run() {  # engine, program, args...
     echo "FAIL: $program is not installed (tools/setup installs perftest)"; failures=$((failures + 1)); return
   fi
   port=$(( port + 1 ))
+  # The server's host address is fixed: with -R the client reaches it by
+  # address, and the first free one (picked otherwise) may be another
+  # test's while tests run side by side.
+  host=$(( host + 1 ))
+  local address="127.0.4.$host"
   local log="$libdir/server.$port.log"
-  RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 60 \
+  RDMAEMU_ADDRESS=$address RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 60 \
     "$program" -d emu0 -x 0 -p "$port" "$@" >"$log" 2>&1 &
   local server=$!
   sleep 0.5
   local out client_rc tries=0
   while :; do
     out=$(RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 60 \
-      "$program" -d emu0 -x 0 -p "$port" "$@" 127.0.0.1 2>&1)
+      "$program" -d emu0 -x 0 -p "$port" "$@" "$address" 2>&1)
     client_rc=$?
     # perftest prints nothing when its server starts listening: a client
     # that came too early (with -R, REJECTED at once: nobody listens yet)
