@@ -20,6 +20,10 @@ run() {  # engine, program, args...
     echo "FAIL: $program is not installed (tools/setup installs perftest)"; failures=$((failures + 1)); return
   fi
   port=$(( port + 1 ))
+  # Past ports another test's sockets hold (listening, or in TIME_WAIT,
+  # where a server without SO_REUSEADDR cannot listen): tests run side by
+  # side and pick their ports from the same range.
+  while ss -Htan "( sport = :$port )" 2>/dev/null | grep -q .; do port=$(( port + 1 )); done
   # The server's host address is fixed: with -R the client reaches it by
   # address, and the first free one (picked otherwise) may be another
   # test's while tests run side by side.

@@ -36,6 +36,10 @@ iters=200
 run_pair() {  # engine, args...
   local engine="$1"; shift
   port=$(( port + 1 ))
+  # Past ports another test's sockets hold (listening, or in TIME_WAIT,
+  # where a server without SO_REUSEADDR cannot listen): tests run side by
+  # side and pick their ports from the same range.
+  while ss -Htan "( sport = :$port )" 2>/dev/null | grep -q .; do port=$(( port + 1 )); done
   local log="$libdir/server.$port.log"
   RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 60 env LD_PRELOAD="$preload" \
     "$program" -g 0 -p "$port" -n "$iters" "$@" >"$log" 2>&1 &
