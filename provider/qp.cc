@@ -2,7 +2,6 @@
 // modify (checked, then applied), queries, and posting work.
 #include <arpa/inet.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -669,16 +668,6 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* given) {
     Log().warn("ibv_create_qp: capabilities exceed the device's (max_qp_wr {}, max_sge {}, "
                "max_inline_data {})", device::kMaxQpWr, device::kMaxSge, device::kMaxInlineData);
     return InvalidArgument("cap");
-  }
-  if (has_send_cq) {
-    // As rxe (rxe_qp_init_req): a send WQE has room for max_send_sge SGEs
-    // or the inline data, whichever is larger, so inline data may use the
-    // SGEs' room; ibv_create_qp(3) returns the actual caps, "greater than or
-    // equal to" those asked. (rdma_xclient asks for no inline data and
-    // sends 16 bytes inline with one SGE, as mlx5 and rxe allow.)
-    attr->cap.max_inline_data = std::max<uint32_t>(
-        cap.max_inline_data,
-        std::min<uint32_t>(cap.max_send_sge * sizeof(ibv_sge), device::kMaxInlineData));
   }
   auto qpn = ctx->engine->AllocateQpn();
   if (!qpn.ok()) return qpn.status();
