@@ -965,18 +965,20 @@ void Engine::ReturnRecv(Qp& qp, RecvWqe&& wqe) {
   qp.srq->rq.push_front(std::move(wqe));
 }
 
+void Engine::CompleteUnackedSend(Qp& qp, const SendWqe& wqe, objects::WcStatus status) {
+  if (qp.sq_outstanding > 0) --qp.sq_outstanding;
+  if (!wqe.signaled && status == objects::WcStatus::kSuccess) return;
+  objects::Cqe cqe;
+  cqe.wr_id = wqe.wr_id;
+  cqe.status = status;
+  cqe.opcode = objects::WcOpcode::kSend;
+  cqe.qp_num = qp.qpn;
+  cqe.byte_len = static_cast<uint32_t>(wqe.length);
+  PushCqe(qp, qp.send_cq, cqe);
+}
+
 void Engine::ExecuteUdSend(Qp& qp, const SendWqe& wqe) {
-  auto complete = [&](objects::WcStatus status) {
-    if (qp.sq_outstanding > 0) --qp.sq_outstanding;
-    if (!wqe.signaled && status == objects::WcStatus::kSuccess) return;
-    objects::Cqe cqe;
-    cqe.wr_id = wqe.wr_id;
-    cqe.status = status;
-    cqe.opcode = objects::WcOpcode::kSend;
-    cqe.qp_num = qp.qpn;
-    cqe.byte_len = static_cast<uint32_t>(wqe.length);
-    PushCqe(qp, qp.send_cq, cqe);
-  };
+  auto complete = [&](objects::WcStatus status) { CompleteUnackedSend(qp, wqe, status); };
   uint32_t mtu = device_->ActiveMtu(qp.attrs.port);
   if (wqe.length > mtu) {
     RDMAEMU_WARN_LIMITED("qp#{} WR {}: UD message of {} bytes exceeds the port MTU {}: local length error",

@@ -179,6 +179,9 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
 
   // engine.cc: UD and shared helpers.
   void ExecuteUdSend(Qp& qp, const SendWqe& wqe);
+  // A UD or raw send is done once it has left (nothing acknowledges it):
+  // frees its SQ slot and completes it if signaled or failed.
+  void CompleteUnackedSend(Qp& qp, const SendWqe& wqe, objects::WcStatus status);
   // A UD QP hears only what arrives on its own port (`port`).
   void ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagram& dgram, uint8_t port);
   // ReceiveUd for a QP with an indirection table: the message goes to the

@@ -92,17 +92,7 @@ size_t Engine::EraseFlowsLocked(const std::function<bool(const flow::Rule&)>& dr
 }
 
 void Engine::ExecuteRawSend(Qp& qp, const SendWqe& wqe) {
-  auto complete = [&](objects::WcStatus status) {
-    if (qp.sq_outstanding > 0) --qp.sq_outstanding;
-    if (!wqe.signaled && status == objects::WcStatus::kSuccess) return;
-    objects::Cqe cqe;
-    cqe.wr_id = wqe.wr_id;
-    cqe.status = status;
-    cqe.opcode = objects::WcOpcode::kSend;
-    cqe.qp_num = qp.qpn;
-    cqe.byte_len = static_cast<uint32_t>(wqe.length);
-    PushCqe(qp, qp.send_cq, cqe);
-  };
+  auto complete = [&](objects::WcStatus status) { CompleteUnackedSend(qp, wqe, status); };
   if (wqe.length < wire::kEthHeaderBytes || wqe.length > wire::kMaxFrameBytes) {
     RDMAEMU_WARN_LIMITED("qp#{} WR {}: a raw frame of {} bytes: an Ethernet frame has {} to {} "
                          "bytes (header, up to 1500 bytes of payload, one VLAN tag): local length "
