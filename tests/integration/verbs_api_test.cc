@@ -71,6 +71,34 @@ TEST(DeviceListTest, ListsEmu0) {
   ibv_free_device_list(again);
 }
 
+// ibv_create_qp(3) returns the actual caps, at least those asked: as in rxe,
+// a send WQE's SGE room serves inline data too (rdma_xclient asks for no
+// inline data and sends 16 bytes inline with one SGE).
+TEST_F(VerbsTest, InlineDataMayUseTheSgesRoom) {
+  ibv_cq* cq = ibv_create_cq(ctx_, 4, nullptr, nullptr, 0);
+  ASSERT_NE(cq, nullptr);
+  ibv_qp_init_attr attr{};
+  attr.send_cq = attr.recv_cq = cq;
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap.max_send_wr = 1;
+  attr.cap.max_send_sge = 2;
+  ibv_qp* qp = ibv_create_qp(Pd(), &attr);
+  ASSERT_NE(qp, nullptr) << std::strerror(errno);
+  EXPECT_EQ(attr.cap.max_inline_data, 2 * sizeof(ibv_sge));
+  ibv_qp_attr got{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(ibv_query_qp(qp, &got, IBV_QP_CAP, &init), 0);
+  EXPECT_EQ(got.cap.max_inline_data, 2 * sizeof(ibv_sge));
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+  // Asking for more than that gets what was asked.
+  attr.cap.max_inline_data = 100;
+  qp = ibv_create_qp(Pd(), &attr);
+  ASSERT_NE(qp, nullptr) << std::strerror(errno);
+  EXPECT_EQ(attr.cap.max_inline_data, 100u);
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+}
+
 TEST_F(VerbsTest, ContextHasRdmaCoresExtendedLayout) {
   EXPECT_EQ(offsetof(verbs_context, context), 320u);
   EXPECT_EQ(sizeof(verbs_context), 648u);
