@@ -728,7 +728,9 @@ Result<ibv_qp*> CreateQp(ibv_context* context, ibv_qp_init_attr_ex* given) {
   if (qp_ex) InstallQpEx(*qp, attr->send_ops_flags);
   q.context = context;
   q.qp_context = attr->qp_context;
-  q.pd = attr->pd;
+  // A target uses no PD, but shows the one it was given, as rdma-core's
+  // set_qp does (librdmacm's XRC server registers its memory with qp->pd).
+  q.pd = target && (given->comp_mask & IBV_QP_INIT_ATTR_PD) ? given->pd : attr->pd;
   q.send_cq = attr->send_cq;
   q.recv_cq = attr->recv_cq;
   q.srq = attr->srq;

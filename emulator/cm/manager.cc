@@ -125,7 +125,9 @@ struct Manager::Id {
   uint8_t local_ack_timeout = 19;
   uint8_t peer_response_timeout = 16;  // how long the peer may take to answer us
   uint8_t peer_max_retries = 15;
-  bool unreliable = false;  // UC
+  // The connection's transport: RC, UC, or XRC (the active side's QP an
+  // XRC initiator, the passive side's an XRC target).
+  TransportServiceType transport = TransportServiceType::kRc;
 
   // The MAD the retry timer resends, and the reply a duplicate gets again.
   std::optional<MadBytes> retry_mad;
@@ -421,8 +423,9 @@ Status Manager::Connect(uint32_t num, const sockaddr_in& dst, const rdmaemu_cm_p
     id->state = State::kSidrReqSent;
     return Status::Ok();
   }
-  if (p.qp_type != RDMAEMU_CM_QPT_RC && p.qp_type != RDMAEMU_CM_QPT_UC) {
-    return InvalidArgument(fmt::format("QP type {} cannot be connected", p.qp_type));
+  if (p.qp_type != RDMAEMU_CM_QPT_RC && p.qp_type != RDMAEMU_CM_QPT_UC && p.qp_type != RDMAEMU_CM_QPT_XRC_SEND) {
+    return InvalidArgument(fmt::format("QP type {} cannot be connected (an XRC target's side only listens)",
+                                       p.qp_type));
   }
   if (data.size() > kReqUserPrivateDataBytes) {
     return InvalidArgument(
@@ -436,7 +439,13 @@ Status Manager::Connect(uint32_t num, const sockaddr_in& dst, const rdmaemu_cm_p
   m.responder_resources = p.responder_resources;
   m.initiator_depth = p.initiator_depth;
   m.remote_cm_response_timeout = timing_.cm_response_timeout;
-  m.transport = p.qp_type == 3 ? 1 : 0;
+  const TransportServiceType transport = p.qp_type == RDMAEMU_CM_QPT_UC         ? TransportServiceType::kUc
+                                         : p.qp_type == RDMAEMU_CM_QPT_XRC_SEND ? TransportServiceType::kXrc
+                                                                                : TransportServiceType::kRc;
+  m.transport = static_cast<uint8_t>(transport);
+  // XRC is Transport Service Type 3 with Extended Transport Type 1 (the
+  // kernel's cm_req_set_qp_type).
+  m.extended_transport = transport == TransportServiceType::kXrc ? 1 : 0;
   m.flow_control = p.flow_control != 0;
   m.starting_psn = p.starting_psn & 0xffffff;
   m.local_cm_response_timeout = timing_.cm_response_timeout;
@@ -453,7 +462,7 @@ Status Manager::Connect(uint32_t num, const sockaddr_in& dst, const rdmaemu_cm_p
   m.ip = ip;
   m.private_data.assign(data.begin(), data.end());
   id->local_ack_timeout = m.local_ack_timeout;
-  id->unreliable = m.transport == 1;
+  id->transport = transport;
   SendRetriedLocked(*id, Encode(m, id->tid), interval);
   id->retries_left = timing_.max_cm_retries;
   id->state = State::kReqSent;
@@ -494,17 +503,24 @@ Status Manager::Accept(uint32_t num, const rdmaemu_cm_param& p) {
   Rep m;
   m.local_comm_id = id->local_comm_id;
   m.remote_comm_id = id->remote_comm_id;
-  m.qpn = p.qp_num & 0xffffff;
+  if (id->transport == TransportServiceType::kXrc) {
+    // An XRC target answers with its QPN as the EECN and always an SRQ
+    // (the kernel's cm_format_rep); its receives are the XRC SRQs'.
+    m.eecn = p.qp_num & 0xffffff;
+    m.srq = true;
+  } else {
+    m.qpn = p.qp_num & 0xffffff;
+    m.srq = p.srq != 0;
+  }
   m.starting_psn = p.starting_psn & 0xffffff;
   m.responder_resources = p.responder_resources;
   m.initiator_depth = p.initiator_depth;
   m.target_ack_delay = kTargetAckDelay;
   m.flow_control = p.flow_control != 0;
   m.rnr_retry_count = std::min<uint8_t>(p.rnr_retry_count, 7);
-  m.srq = p.srq != 0;
   m.ca_guid = dev != devices_.end() ? dev->second.node_guid : 0;
   m.private_data.assign(data.begin(), data.end());
-  id->local_qpn = m.qpn;
+  id->local_qpn = p.qp_num & 0xffffff;
   answered();
   SendRetriedLocked(*id, Encode(m, id->tid),
                     2 * FromIbTime(timing_.packet_life_time) + FromIbTime(id->peer_response_timeout));
@@ -755,8 +771,12 @@ void Manager::OnReqLocked(int device, uint8_t port, uint32_t src_ip, uint64_t ti
   }
   const uint16_t ps = static_cast<uint16_t>(req->service_id >> 16);
   const uint16_t lport = static_cast<uint16_t>(req->service_id);
-  if (req->transport > 1) {
-    reject(kRejInvalidTransportType, fmt::format("transport type {} is neither RC nor UC", req->transport));
+  const bool xrc = req->transport == static_cast<uint8_t>(TransportServiceType::kXrc) &&
+                   req->extended_transport == 1;
+  if (req->transport > 1 && !xrc) {
+    reject(kRejInvalidTransportType,
+           fmt::format("transport type {} (extended {}) is not RC, UC or XRC", req->transport,
+                       req->extended_transport));
     return;
   }
   const Device& dev = devices_.at(device);
@@ -796,7 +816,7 @@ void Manager::OnReqLocked(int device, uint8_t port, uint32_t src_ip, uint64_t ti
   child->local_ack_timeout = req->local_ack_timeout;
   child->peer_response_timeout = req->local_cm_response_timeout;
   child->peer_max_retries = req->max_cm_retries;
-  child->unreliable = req->transport == 1;
+  child->transport = static_cast<TransportServiceType>(req->transport);
   child->tos = req->traffic_class;
   ++listener->pending;
 
@@ -816,7 +836,7 @@ void Manager::OnReqLocked(int device, uint8_t port, uint32_t src_ip, uint64_t ti
   rdmaemu_cm_param& p = e.param;
   p.qp_num = req->qpn;
   p.starting_psn = req->starting_psn;
-  p.qp_type = req->transport == 1 ? RDMAEMU_CM_QPT_UC : RDMAEMU_CM_QPT_RC;
+  p.qp_type = xrc ? RDMAEMU_CM_QPT_XRC_RECV : req->transport == 1 ? RDMAEMU_CM_QPT_UC : RDMAEMU_CM_QPT_RC;
   p.responder_resources = req->responder_resources;
   p.initiator_depth = req->initiator_depth;
   p.flow_control = req->flow_control;
@@ -826,9 +846,20 @@ void Manager::OnReqLocked(int device, uint8_t port, uint32_t src_ip, uint64_t ti
   p.path_mtu = std::min(req->path_mtu, dev.ports[port - 1].path_mtu);
   p.local_ack_timeout = req->local_ack_timeout;
   CopyPrivate(p, req->private_data);
+  DeliverRequestLocked(std::move(child), e);
+}
+
+void Manager::DeliverRequestLocked(std::unique_ptr<Id> child, const rdmaemu_cm_event& e) {
   Id& c = *child;
-  ids_.emplace(c.num, std::move(child));
+  const uint32_t num = c.num;
+  ids_.emplace(num, std::move(child));
   c.handle = deliver_(&e);
+  if (c.handle == 0) {
+    // The library refused it (a listener of another QP type, or no memory):
+    // the kernel's CM then rejects the request (REJ, or SIDR_REP reject).
+    Log().debug("cm: cm id {}: the library refused the request from {}", num, Ip(c.peer_ip));
+    DestroyLocked(ids_.find(num), /*process_ends=*/false);
+  }
 }
 
 void Manager::OnRepLocked(uint32_t src_ip, uint64_t tid, std::span<const uint8_t> mad) {
@@ -846,13 +877,16 @@ void Manager::OnRepLocked(uint32_t src_ip, uint64_t tid, std::span<const uint8_t
   if (id->state != State::kReqSent) return;  // a duplicate while the library decides
   StopRetryLocked(*id);
   id->remote_comm_id = rep.local_comm_id;
-  id->remote_qpn = rep.qpn;
+  // An XRC target's QPN is in the EECN field.
+  id->remote_qpn = id->transport == TransportServiceType::kXrc ? rep.eecn : rep.qpn;
   id->state = State::kRepRcvd;
   rdmaemu_cm_param p{};
-  p.qp_num = rep.qpn;
+  p.qp_num = id->remote_qpn;
   p.qkey = rep.qkey;
   p.starting_psn = rep.starting_psn;
-  p.qp_type = id->unreliable ? RDMAEMU_CM_QPT_UC : RDMAEMU_CM_QPT_RC;
+  p.qp_type = id->transport == TransportServiceType::kUc    ? RDMAEMU_CM_QPT_UC
+              : id->transport == TransportServiceType::kXrc ? RDMAEMU_CM_QPT_XRC_SEND
+                                                            : RDMAEMU_CM_QPT_RC;
   p.responder_resources = rep.responder_resources;
   p.initiator_depth = rep.initiator_depth;
   p.flow_control = rep.flow_control;
@@ -1000,9 +1034,7 @@ void Manager::OnSidrReqLocked(int device, uint8_t port, uint32_t src_ip, uint64_
   e.dst.sin_port = htons(req->ip.src_port);
   e.param.qp_type = RDMAEMU_CM_QPT_UD;
   CopyPrivate(e.param, req->private_data);
-  Id& c = *child;
-  ids_.emplace(c.num, std::move(child));
-  c.handle = deliver_(&e);
+  DeliverRequestLocked(std::move(child), e);
 }
 
 void Manager::OnSidrRepLocked(std::span<const uint8_t> mad) {

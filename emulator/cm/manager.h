@@ -160,6 +160,9 @@ class Manager {
   void DestroyLocked(IdMap::iterator it, bool process_ends);
   void CountDropLocked(const char* why, uint32_t src_ip);
 
+  // Adds a passive side's new id and delivers its CONNECT_REQUEST; a
+  // request the library refuses (handle 0) is rejected.
+  void DeliverRequestLocked(std::unique_ptr<Id> child, const rdmaemu_cm_event& e);
   void OnReqLocked(int device, uint8_t port, uint32_t src_ip, uint64_t tid, std::span<const uint8_t> mad);
   void OnRepLocked(uint32_t src_ip, uint64_t tid, std::span<const uint8_t> mad);
   void OnRtuLocked(std::span<const uint8_t> mad);

@@ -73,6 +73,7 @@ MadBytes Encode(const Req& m, uint64_t tid) {
   v.set_rnr_retry_count(m.rnr_retry_count);
   v.set_max_cm_retries(m.max_cm_retries);
   v.set_srq(m.srq);
+  v.set_extended_transport_type(m.extended_transport);
   auto path = v.primary_path();
   // Off the local subnet (hop limit > 1) the LIDs are the permissive LID,
   // as the kernel's CM writes them for RoCE v2.
@@ -96,6 +97,7 @@ MadBytes Encode(const Rep& m, uint64_t tid) {
   v.set_remote_comm_id(m.remote_comm_id);
   v.set_local_qkey(m.qkey);
   v.set_local_qpn(m.qpn);
+  v.set_local_eecn(m.eecn);
   v.set_starting_psn(m.starting_psn);
   v.set_responder_resources(m.responder_resources);
   v.set_initiator_depth(m.initiator_depth);
@@ -205,6 +207,7 @@ Result<Req> DecodeReq(std::span<const uint8_t> mad) {
   m.rnr_retry_count = v.rnr_retry_count();
   m.max_cm_retries = v.max_cm_retries();
   m.srq = v.srq();
+  m.extended_transport = v.extended_transport_type();
   auto path = v.primary_path();
   m.local_gid = path.local_gid();
   m.remote_gid = path.remote_gid();
@@ -227,6 +230,7 @@ Rep DecodeRep(std::span<const uint8_t> mad) {
   m.remote_comm_id = v.remote_comm_id();
   m.qkey = v.local_qkey();
   m.qpn = v.local_qpn();
+  m.eecn = v.local_eecn();
   m.starting_psn = v.starting_psn();
   m.responder_resources = v.responder_resources();
   m.initiator_depth = v.initiator_depth();

@@ -35,7 +35,8 @@ struct Req {
   uint8_t responder_resources = 0;
   uint8_t initiator_depth = 0;
   uint8_t remote_cm_response_timeout = 0;
-  uint8_t transport = 0;  // 0 RC, 1 UC
+  uint8_t transport = 0;           // TransportServiceType: 0 RC, 1 UC, 3 XRC
+  uint8_t extended_transport = 0;  // 1 with transport 3: XRC
   bool flow_control = false;
   uint32_t starting_psn = 0;
   uint8_t local_cm_response_timeout = 0;
@@ -59,6 +60,7 @@ struct Rep {
   uint32_t remote_comm_id = 0;
   uint32_t qkey = 0;
   uint32_t qpn = 0;
+  uint32_t eecn = 0;  // an XRC target's QPN travels here (its local QPN is 0)
   uint32_t starting_psn = 0;
   uint8_t responder_resources = 0;
   uint8_t initiator_depth = 0;

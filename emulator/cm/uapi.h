@@ -43,7 +43,7 @@ struct rdmaemu_cm_param {
   uint32_t qp_num;       /* the sender's QP (SIDR_REP: the UD QP to send to) */
   uint32_t qkey;         /* SIDR_REP only */
   uint32_t starting_psn; /* the sender's receive PSN: the peer's sq_psn */
-  uint8_t qp_type;       /* enum ibv_qp_type: IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD */
+  uint8_t qp_type;       /* enum ibv_qp_type: RC, UC, UD, XRC_SEND, XRC_RECV */
   uint8_t responder_resources;
   uint8_t initiator_depth;
   uint8_t flow_control;
@@ -64,7 +64,9 @@ struct rdmaemu_cm_param {
  *                                  peer's); `param` is the peer's REQ or
  *                                  SIDR_REQ (private data without the IP
  *                                  header). The callback's return value
- *                                  becomes the child's handle.
+ *                                  becomes the child's handle; 0 refuses
+ *                                  the request (a listener of another QP
+ *                                  type): the device rejects it.
  *   RDMA_CM_EVENT_CONNECT_RESPONSE active RC: the REP arrived (`param`); the
  *                                  library moves the QP and calls
  *                                  rdmaemu_cm_establish (which sends RTU).
@@ -118,7 +120,13 @@ enum {
   RDMAEMU_CM_PS_IB = 0x013f,
 };
 /* enum ibv_qp_type's numbers, likewise. */
-enum { RDMAEMU_CM_QPT_RC = 2, RDMAEMU_CM_QPT_UC = 3, RDMAEMU_CM_QPT_UD = 4 };
+enum {
+  RDMAEMU_CM_QPT_RC = 2,
+  RDMAEMU_CM_QPT_UC = 3,
+  RDMAEMU_CM_QPT_UD = 4,
+  RDMAEMU_CM_QPT_XRC_SEND = 9, /* connect: the REQ's transport is XRC */
+  RDMAEMU_CM_QPT_XRC_RECV = 10 /* CONNECT_REQUEST of an XRC REQ; accept: REP of an XRC target */
+};
 
 typedef uint64_t (*rdmaemu_cm_deliver_fn)(const struct rdmaemu_cm_event* event);
 

@@ -8,6 +8,7 @@
 #include "verbs/rdmacm/address.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -235,6 +236,29 @@ size_t DeviceCount() { return g_devices == nullptr ? 0 : g_devices->size(); }
 int OpenDevice(Device* device) {
   std::lock_guard lock(g_mu);
   return OpenLocked(device);
+}
+
+ibv_xrcd* DeviceXrcd(Device* device) {
+  std::lock_guard lock(g_mu);
+  if (device->xrcd != nullptr) return device->xrcd;
+  ibv_context* context = device->context.load(std::memory_order_acquire);
+  if (context == nullptr) {
+    errno = ENODEV;
+    return nullptr;
+  }
+  // No file: a domain of this process alone.
+  ibv_xrcd_init_attr attr{};
+  attr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+  attr.fd = -1;
+  attr.oflags = O_CREAT;
+  device->xrcd = ibv_open_xrcd(context, &attr);
+  if (device->xrcd == nullptr) {
+    Log().warn("rdma cm: cannot open an XRC domain on {}: {}", ibv_get_device_name(device->device),
+               std::strerror(errno));
+    return nullptr;
+  }
+  CheckLibraryObject(device->xrcd);
+  return device->xrcd;
 }
 
 size_t OpenAllDevices() {

@@ -40,6 +40,7 @@ struct Device {
   std::vector<Port> ports;
   uint8_t max_initiator_depth = 0;      // max_qp_init_rd_atom
   uint8_t max_responder_resources = 0;  // max_qp_rd_atom
+  ibv_xrcd* xrcd = nullptr;  // DeviceXrcd's; guarded by the device list's lock
 };
 
 // Called once by Init with the device list (kept for the process's life).
@@ -48,6 +49,10 @@ size_t DeviceCount();
 
 // Opens the device if it is not open yet. Returns 0 or an errno value.
 int OpenDevice(Device* device);
+// The XRC domain of XRC ids on an open device (their targets' QPs and
+// SRQs), opened at first use and kept for the process's life, as
+// rdma-core's ucma_get_xrcd does. NULL with errno set if it cannot be.
+ibv_xrcd* DeviceXrcd(Device* device);
 // Opens every device; returns how many are open.
 size_t OpenAllDevices();
 // The open devices, in the device list's order.

@@ -93,6 +93,23 @@ void ScanAtExit() {
   }
 }
 
+const char* QpTypeName(int type) {
+  switch (type) {
+    case IBV_QPT_RC: return "RC";
+    case IBV_QPT_UC: return "UC";
+    case IBV_QPT_UD: return "UD";
+    case IBV_QPT_XRC_SEND: return "XRC_SEND";
+    case IBV_QPT_XRC_RECV: return "XRC_RECV";
+    default: return "unknown";
+  }
+}
+
+// A REQ must be for the listener's QP type (an XRC initiator's for an XRC
+// target's), a SIDR_REQ (qp_type UD) for a UD listener.
+bool RequestFitsListener(const Id& listener, const rdmaemu_cm_param& request) {
+  return request.qp_type == listener.id.qp_type;
+}
+
 // The new id a CONNECT_REQUEST makes, on the listener's channel with its
 // context. Runs on a device thread: it only allocates.
 Id* NewChild(Id* listener, const rdmaemu_cm_event& e) {
@@ -264,6 +281,15 @@ uint64_t DeliverFromDevice(const rdmaemu_cm_event* e) {
   event->event.status = e->status;
   event->param = e->param;
   if (e->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+    if (!RequestFitsListener(*id, e->param)) {
+      // As the kernel's cma_ib_check_req_qp_type: the device rejects the
+      // request, and the listener never hears of it.
+      Log().warn("rdma cm: id {} listens for {} QPs; a connection request for a {} QP from {} is "
+                 "rejected", id->handle, QpTypeName(id->id.qp_type), QpTypeName(e->param.qp_type),
+                 AddressString(e->dst));
+      delete event;
+      return 0;
+    }
     Id* child = NewChild(id, *e);
     if (child == nullptr) {
       Log().error("rdma cm: out of memory: a connection request on id {} is lost", e->id);

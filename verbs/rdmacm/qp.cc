@@ -34,7 +34,11 @@ int InitQpAttr(Id* p, ibv_qp_attr* attr, int* mask) {
     return EINVAL;
   }
   bool ud = p->id.qp_type == IBV_QPT_UD;
-  bool rc = p->id.qp_type == IBV_QPT_RC;
+  // What the kernel's ib_cm_init_qp_attr gives XRC: a target is RC's
+  // responder (RTR's read depth; RTS only the timeout), an initiator
+  // RC's requester (RTS's retries and read depth).
+  bool responder = p->id.qp_type == IBV_QPT_RC || p->id.qp_type == IBV_QPT_XRC_RECV;
+  bool requester = p->id.qp_type == IBV_QPT_RC || p->id.qp_type == IBV_QPT_XRC_SEND;
   switch (want) {
     case IBV_QPS_INIT:
       attr->pkey_index = 0;
@@ -72,7 +76,7 @@ int InitQpAttr(Id* p, ibv_qp_attr* attr, int* mask) {
       attr->dest_qp_num = p->peer_qpn;
       attr->rq_psn = p->psn;
       *mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-      if (rc) {
+      if (responder) {
         attr->max_dest_rd_atomic = p->responder_resources;
         attr->min_rnr_timer = 0;
         *mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
@@ -90,7 +94,11 @@ int InitQpAttr(Id* p, ibv_qp_attr* attr, int* mask) {
         return EINVAL;
       }
       attr->sq_psn = p->peer_psn;
-      if (rc) {
+      if (p->id.qp_type == IBV_QPT_XRC_RECV) {
+        attr->timeout = p->qp_timeout;
+        *mask |= IBV_QP_TIMEOUT;
+      }
+      if (requester) {
         attr->timeout = p->qp_timeout;
         attr->retry_cnt = std::min<uint8_t>(p->retry_count, kMaxRetry);
         attr->rnr_retry = std::min<uint8_t>(p->rnr_retry_count, kMaxRetry);
@@ -120,6 +128,8 @@ int MoveQp(Id* p, ibv_qp* qp, ibv_qp_state state) {
 }
 
 void DestroyCqs(rdma_cm_id* id) {
+  // An XRC target's receive CQ is its XRC SRQ's: it goes with the SRQ.
+  if (id->qp_type == IBV_QPT_XRC_RECV && id->srq != nullptr) return;
   if (id->recv_cq != nullptr) {
     ibv_destroy_cq(id->recv_cq);
     if (id->send_cq != nullptr && id->send_cq != id->recv_cq) ibv_destroy_cq(id->send_cq);
@@ -254,6 +264,15 @@ int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
   if (attr->send_cq == nullptr) attr->send_cq = id->send_cq;
   if (attr->recv_cq == nullptr) attr->recv_cq = id->recv_cq;
   if (id->srq != nullptr && attr->srq == nullptr) attr->srq = id->srq;
+  if (id->qp_type == IBV_QPT_XRC_RECV && (!(attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) || attr->xrcd == nullptr)) {
+    attr->xrcd = DeviceXrcd(p->device);
+    if (attr->xrcd == nullptr) {
+      int error = errno;
+      DestroyCqs(id);
+      return Fail(error);
+    }
+    attr->comp_mask |= IBV_QP_INIT_ATTR_XRCD;
+  }
   ibv_qp* qp = ibv_create_qp_ex(id->verbs, attr);
   if (qp == nullptr) {
     int error = errno;
@@ -328,14 +347,28 @@ int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
     attr->pd = id->pd;
     attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
   }
+  bool made_cq = false;
   if (attr->srq_type == IBV_SRQT_XRC) {
-    Log().warn("rdma_create_srq: XRC is not implemented");
-    return Fail(EOPNOTSUPP);
+    // The device's XRC domain and the id's receive CQ unless given, as
+    // rdma-core's rdma_create_srq_ex.
+    if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || attr->xrcd == nullptr) {
+      attr->xrcd = DeviceXrcd(ToId(id)->device);
+      if (attr->xrcd == nullptr) return -1;
+    }
+    if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || attr->cq == nullptr) {
+      if (id->recv_cq == nullptr) {
+        if (CreateCqs(id, 0, attr->attr.max_wr) != 0) return -1;
+        made_cq = true;
+      }
+      attr->cq = id->recv_cq;
+    }
+    attr->comp_mask |= IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
   }
   ibv_srq* srq = ibv_create_srq_ex(id->verbs, attr);
   if (srq == nullptr) {
     int error = errno;
     Log().warn("rdma_create_srq: ibv_create_srq failed: {}", std::strerror(error));
+    if (made_cq) DestroyCqs(id);
     return Fail(error);
   }
   if (id->pd == nullptr) id->pd = attr->pd;

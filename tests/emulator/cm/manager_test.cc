@@ -50,7 +50,9 @@ class Net {
       Mad m{ip_, dst_ip, {}};
       std::memcpy(m.bytes.data(), mad.data(), m.bytes.size());
       std::lock_guard lock(net_->mu);
-      ++net_->sent[static_cast<uint16_t>(ConstMadHeaderView(mad.first(kMadHeaderBytes)).attribute_id())];
+      const auto attribute = static_cast<uint16_t>(ConstMadHeaderView(mad.first(kMadHeaderBytes)).attribute_id());
+      ++net_->sent[attribute];
+      net_->last[attribute] = m.bytes;
       if (net_->drop > 0) {
         --net_->drop;
         return;
@@ -94,6 +96,11 @@ class Net {
   std::deque<Mad> queue;
   int drop = 0;  // the next N MADs are lost
   std::map<uint16_t, int> sent;
+  std::map<uint16_t, MadBytes> last;  // the last MAD sent of each attribute
+  MadBytes Last(AttributeId id) {
+    std::lock_guard lock(mu);
+    return last[static_cast<uint16_t>(id)];
+  }
   std::vector<std::pair<uint32_t, Manager*>> hosts;
 };
 
@@ -254,6 +261,65 @@ TEST_F(ManagerTest, ConnectAcceptEstablishDisconnect) {
   EXPECT_TRUE(server_.DestroyId(listener).ok());
   EXPECT_EQ(server_.ids(), 0u);
   EXPECT_EQ(client_.ids(), 0u);
+}
+
+// XRC as the kernel's CM puts it on the wire: the REQ's transport is 3
+// with extended type 1; the target answers with its QPN in the EECN field
+// and the SRQ bit set, and the initiator takes the QPN from there.
+TEST_F(ManagerTest, XrcTargetQpnTravelsAsTheEecn) {
+  Listen(1, RDMAEMU_CM_PS_IB);
+  const uint32_t active = Connect(2, 7471, RDMAEMU_CM_QPT_XRC_SEND, {}, RDMAEMU_CM_PS_IB);
+  WaitFor(1, 1);
+  const MadBytes req_mad = net_.Last(AttributeId::kReq);
+  ConstReqView req(std::span<const uint8_t>(req_mad).subspan(kMadHeaderBytes));
+  EXPECT_EQ(req.transport_service_type(), 3);
+  EXPECT_EQ(req.extended_transport_type(), 1);
+  EXPECT_EQ(req.local_qpn(), 0x42u);
+  auto request = Of(1);
+  ASSERT_EQ(request.size(), 1u);
+  EXPECT_EQ(request[0].param.qp_type, RDMAEMU_CM_QPT_XRC_RECV);
+  rdmaemu_cm_param reply = Reply(0x77);
+  reply.qp_type = RDMAEMU_CM_QPT_XRC_RECV;
+  ASSERT_TRUE(server_.Accept(request[0].child, reply).ok());
+  WaitFor(2, 1);
+  const MadBytes rep_mad = net_.Last(AttributeId::kRep);
+  ConstRepView rep(std::span<const uint8_t>(rep_mad).subspan(kMadHeaderBytes));
+  EXPECT_EQ(rep.local_qpn(), 0u);
+  EXPECT_EQ(rep.local_eecn(), 0x77u);
+  EXPECT_TRUE(rep.srq());
+  auto response = Of(2);
+  ASSERT_EQ(response.size(), 1u);
+  EXPECT_EQ(response[0].event, RDMAEMU_CM_EVENT_CONNECT_RESPONSE);
+  EXPECT_EQ(response[0].param.qp_num, 0x77u);
+  EXPECT_EQ(response[0].param.qp_type, RDMAEMU_CM_QPT_XRC_SEND);
+  EXPECT_TRUE(client_.Establish(active).ok());
+  net_.Pump(20ms);
+  EXPECT_EQ(net_.Sent(AttributeId::kRtu), 1);
+}
+
+// Transport type 3 without extended type 1, or RD (2), is no transport a
+// RoCE CM connects: REJ "invalid transport type", and no request.
+TEST_F(ManagerTest, UnknownTransportIsRejected) {
+  Listen(1, RDMAEMU_CM_PS_IB);
+  Connect(2, 7471, RDMAEMU_CM_QPT_XRC_SEND, {}, RDMAEMU_CM_PS_IB);
+  net_.Pump(0ms);  // nothing delivered: the REQ is kept to be tampered with
+  MadBytes req = net_.Last(AttributeId::kReq);
+  {
+    std::lock_guard lock(net_.mu);
+    net_.queue.clear();
+  }
+  for (uint8_t transport : {uint8_t{3}, uint8_t{2}}) {
+    ReqView v(std::span<uint8_t>(req).subspan(kMadHeaderBytes));
+    v.set_transport_service_type(transport);
+    v.set_extended_transport_type(0);
+    v.set_local_comm_id(v.local_comm_id() + 1);
+    server_.OnMad(0, 1, Ip("127.0.0.3"), req);
+    const MadBytes rej_mad = net_.Last(AttributeId::kRej);
+    ConstRejView rej(std::span<const uint8_t>(rej_mad).subspan(kMadHeaderBytes));
+    EXPECT_EQ(rej.reason(), static_cast<uint16_t>(RejReason::kInvalidTransportType)) << int{transport};
+    EXPECT_EQ(rej.remote_comm_id(), v.local_comm_id());
+  }
+  EXPECT_TRUE(Of(1).empty());
 }
 
 TEST_F(ManagerTest, NobodyListeningIsRejectedAtOnce) {

@@ -532,6 +532,41 @@ TEST_F(RdmaCm, SyncApiCreateEpGetRequestConnect) {
   rdma_freeaddrinfo(active);
 }
 
+// A request reaches a listener only for the listener's QP type (the
+// kernel's cma_ib_check_req_qp_type): an XRC initiator's REQ to an RC
+// listener is rejected, and the listener never sees it.
+TEST_F(RdmaCm, AnXrcRequestToAnRcListenerIsRejected) {
+  std::string host = inet_ntoa(address_);
+  rdma_addrinfo hints{}, *passive = nullptr, *active = nullptr;
+  hints.ai_flags = RAI_PASSIVE;
+  hints.ai_port_space = RDMA_PS_IB;
+  hints.ai_qp_type = IBV_QPT_RC;
+  ASSERT_EQ(rdma_getaddrinfo(host.c_str(), "0", &hints, &passive), 0);
+  rdma_cm_id* listener = nullptr;
+  ASSERT_EQ(rdma_create_ep(&listener, passive, nullptr, nullptr), 0) << std::strerror(errno);
+  ASSERT_EQ(rdma_listen(listener, 4), 0);
+  std::string port = std::to_string(ntohs(rdma_get_src_port(listener)));
+  hints = {};
+  hints.ai_port_space = RDMA_PS_IB;
+  hints.ai_qp_type = IBV_QPT_XRC_SEND;
+  ASSERT_EQ(rdma_getaddrinfo(host.c_str(), port.c_str(), &hints, &active), 0);
+  ibv_qp_init_attr attr{};
+  attr.qp_type = IBV_QPT_XRC_SEND;
+  attr.cap.max_send_wr = 1;
+  attr.cap.max_send_sge = 1;
+  rdma_cm_id* client = nullptr;
+  ASSERT_EQ(rdma_create_ep(&client, active, nullptr, &attr), 0) << std::strerror(errno);
+  ASSERT_NE(client->qp, nullptr);
+  EXPECT_EQ(client->qp->qp_type, IBV_QPT_XRC_SEND);
+  EXPECT_EQ(rdma_connect(client, nullptr), -1);
+  EXPECT_EQ(errno, ECONNREFUSED);
+  EXPECT_FALSE(Readable(listener->channel->fd, 200));
+  rdma_destroy_ep(client);
+  rdma_destroy_ep(listener);
+  rdma_freeaddrinfo(passive);
+  rdma_freeaddrinfo(active);
+}
+
 TEST_F(RdmaCm, UdThroughSidr) {
   rdma_cm_id* listener = nullptr;
   uint16_t port = Listen(&listener, RDMA_PS_UDP);

@@ -121,20 +121,34 @@ for engine in uring epoll; do
     wait "$spid" || { fail "$engine: $sprog ${sargs//A/$address} failed:"; sed 's/^/    /' "$sout" | head -20; }
   done
 
-  # rdma_xserver/rdma_xclient (RC; their XRC mode is not connected by the
-  # CM yet): the server binds the any-address, so its host is fixed by
-  # RDMAEMU_ADDRESS.
+  # rdma_xserver/rdma_xclient, RC (-c r) and XRC (-c x: an XRC_SEND QP
+  # connected to an XRC_RECV QP, the message landing in the server's XRC
+  # SRQ, whose number travels in the REP's private data): the server binds
+  # the any-address, so its host is fixed by RDMAEMU_ADDRESS.
   if command -v rdma_xserver >/dev/null; then
-    base=$((base + 1))
-    address="127.0.0.$base"
-    sout="$tmp/rdma_xserver-$engine.out"
-    RDMAEMU_ADDRESS=$address timeout 60 "$rdmaemu" run -- rdma_xserver -p 7471 >"$sout" 2>&1 &
-    spid=$!
-    sleep 0.5
-    t "$engine-rdma_xclient" 0 "$rdmaemu" run -- rdma_xclient -s "$address" -p 7471
-    has "$engine-rdma_xclient" "$out" 'rdma_xclient: end 0'
-    checks=$((checks + 1))
-    wait "$spid" || { fail "$engine: rdma_xserver failed:"; sed 's/^/    /' "$sout" | head -20; }
+    for mode in r x; do
+      base=$((base + 1))
+      address="127.0.0.$base"
+      sout="$tmp/rdma_xserver-$mode-$engine.out"
+      RDMAEMU_ADDRESS=$address timeout 60 "$rdmaemu" run -- rdma_xserver -c $mode -p 7471 >"$sout" 2>&1 &
+      spid=$!
+      sleep 0.5
+      # A client that came before the server listened is refused
+      # (ECONNREFUSED: nobody listens yet) and tries again.
+      out="$tmp/rdma_xclient-$mode-$engine.out"
+      for try in 1 2 3 4 5; do
+        timeout 60 "$rdmaemu" run -- rdma_xclient -c $mode -s "$address" -p 7471 >"$out" 2>&1
+        rc=$?
+        [[ $rc -ne 0 ]] && grep -q 'refused' "$out" && kill -0 "$spid" 2>/dev/null || break
+        sleep 0.5
+      done
+      checks=$((checks + 1))
+      [[ $rc -eq 0 ]] || { fail "$engine-rdma_xclient-$mode: exit status $rc:"; sed 's/^/    /' "$out" | tail -20; }
+      has "$engine-rdma_xclient-$mode" "$out" 'rdma_xclient: end 0'
+      checks=$((checks + 1))
+      wait "$spid" || { fail "$engine: rdma_xserver -c $mode failed:"; sed 's/^/    /' "$sout" | head -20; }
+      has "$engine-rdma_xserver-$mode" "$sout" 'rdma_xserver: end 0'
+    done
   fi
 done
 finish
