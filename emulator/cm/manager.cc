@@ -297,6 +297,7 @@ void Manager::CloseForExit() {
   {
     std::lock_guard lock(mu_);
     if (owner_pid_ != getpid()) return;  // a forked child: the ids are its parent's
+    if (!ids_.empty()) Log().debug("cm: the process ends: ending its {} cm id(s)", ids_.size());
     while (!ids_.empty()) DestroyLocked(ids_.begin(), /*process_ends=*/true);
     for (auto& [index, d] : devices_) {
       if (d.wire != nullptr) wires.push_back(d.wire);

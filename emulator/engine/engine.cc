@@ -644,9 +644,24 @@ void Engine::SendMad(uint8_t port, uint32_t dst_ip, uint8_t traffic_class,
 }
 
 void Engine::Flush(std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock lock(mads_mu_);
-  const uint64_t target = mads_queued_;
-  mads_sent_cv_.wait_until(lock, deadline, [&] { return mads_sent_ >= target; });
+  uint64_t target;
+  {
+    std::lock_guard lock(mads_mu_);
+    target = mads_queued_;
+  }
+  // Counted sent is not yet on the wire: the loop batches its sends and
+  // writes them at the end of its round, and a process that exits between
+  // the two loses them (the DREQ of an exiting process did, under load).
+  // A round of our own ends with that write, and one that finds them
+  // counted comes after the round that took them had written them.
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (loop_->Drive(/*receive=*/false)) {
+      std::lock_guard lock(mads_mu_);
+      if (mads_sent_ >= target) return;
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
 }
 
 void Engine::SendQueuedMads() {
@@ -668,11 +683,8 @@ void Engine::SendQueuedMads() {
     Transmit(nullptr, f, wire::Gather(&payload, 1), q.dst_ip, q.port, q.traffic_class);
   }
   if (!mads.empty()) {
-    {
-      std::lock_guard lock(mads_mu_);
-      mads_sent_ += mads.size();
-    }
-    mads_sent_cv_.notify_all();
+    std::lock_guard lock(mads_mu_);
+    mads_sent_ += mads.size();
   }
 }
 

@@ -18,7 +18,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -403,8 +402,7 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   std::mutex mads_mu_;
   std::vector<QueuedMad> mads_;  // guarded by mads_mu_: MADs for the loop to send
   uint64_t mads_queued_ = 0;     // guarded by mads_mu_: ever handed to SendMad
-  uint64_t mads_sent_ = 0;       // guarded by mads_mu_: of those, transmitted
-  std::condition_variable mads_sent_cv_;
+  uint64_t mads_sent_ = 0;       // guarded by mads_mu_: of those, handed to the loop
 
   PacketTracer tracer_;  // per-packet trace lines, rate-limited (trace.h)
 

@@ -163,8 +163,10 @@ TEST_F(FaultsTest, DelayedPacketsLeaveLate) {
   ibv_qp* qp = emu_.ConnectedQp();
   ASSERT_NE(qp, nullptr);
   Faults("delay=40ms@op=SEND");
-  ASSERT_EQ(emu_.PostSend(qp, 1, IBV_WR_SEND, *buf_, 0, 32), 0);
+  // Before the post: the posting thread may send (and start the delay)
+  // before ibv_post_send returns.
   const auto posted = Clock::now();
+  ASSERT_EQ(emu_.PostSend(qp, 1, IBV_WR_SEND, *buf_, 0, 32), 0);
   RxPacket rx = Next();
   EXPECT_GE(Clock::now() - posted, 38ms);
   EXPECT_EQ(rx.psn, 500u);

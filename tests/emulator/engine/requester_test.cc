@@ -456,7 +456,9 @@ TEST_F(RequesterTest, RdmaReadResponsesLandInTheLocalBufferAndComplete) {
 
 TEST_F(RequesterTest, LostReadResponseIsRequestedAgainForWhatIsMissing) {
   RcParams p;
-  p.timeout = 10;
+  // 268 ms: the FIRST response must arrive before the timer fires (4 ms,
+  // timeout 10, was too short for a TSan build on a loaded machine).
+  p.timeout = 16;
   p.retry_cnt = 7;
   ibv_qp* qp = emu_.ConnectedQp(p);
   ASSERT_NE(qp, nullptr);
