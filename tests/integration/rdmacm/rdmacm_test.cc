@@ -522,9 +522,12 @@ TEST_F(RdmaCm, SyncApiCreateEpGetRequestConnect) {
   ASSERT_EQ(rdma_post_send(client, nullptr, msg, sizeof msg, mr, 0), 0);
   ibv_wc wc{};
   EXPECT_EQ(rdma_get_send_comp(client, &wc), 1);
+  // Both sides disconnect: a sync rdma_disconnect returns once the peer
+  // answers (its DREP, or its own DREQ), so joining the server first would
+  // leave its DREQ unanswered until its retries ran out (~6 s).
+  EXPECT_EQ(rdma_disconnect(client), 0);
   server.join();
   EXPECT_TRUE(server_ok.load());
-  EXPECT_EQ(rdma_disconnect(client), 0);
   rdma_dereg_mr(mr);
   rdma_destroy_ep(client);
   rdma_destroy_ep(listener);
