@@ -24,10 +24,6 @@ cp "$lib_src" "$libdir/libibverbs.so.1"
 # sanitizer report fails the run (exit status 1 for ASan, 66 for TSan).
 preload=$(ldd "$lib_src" | awk '/lib(asan|tsan)\.so/ { print $3; exit }')
 [ -n "$preload" ] && echo "the library is sanitized: preloading $preload"
-# The program's own races with its receives (tsan.supp says which).
-if [[ $preload == *libtsan* ]]; then
-  export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$(cd "$(dirname "$0")" && pwd)/tsan.supp"
-fi
 
 case "$program" in
   ibv_ud_pingpong) sizes=(1 100 1024 2048 4096) ;;
