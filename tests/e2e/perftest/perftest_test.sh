@@ -29,13 +29,27 @@ pair() {  # engine, program, args...
   host=$(( host + 1 ))
   local address="127.0.4.$host"
   log="$libdir/server.$port.log"
+  # Line-buffered, so its "Waiting for client to connect" (printed just
+  # before it listens) is in the log when it is printed.
   RDMAEMU_ADDRESS=$address RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 60 \
-    "$program" -d emu0 -x 0 -p "$port" "$@" >"$log" 2>&1 &
+    stdbuf -oL "$program" -d emu0 -x 0 -p "$port" "$@" >"$log" 2>&1 &
   local server=$!
-  sleep 0.5
+  local waited
+  for waited in $(seq 1 100); do
+    grep -q 'Waiting for client to connect' "$log" 2>/dev/null && break
+    kill -0 "$server" 2>/dev/null || break
+    sleep 0.1
+  done
+  sleep 0.3
+  # With -R the client connects twice, and its second REQ often beats the
+  # server's second listen (see below): the client's MADs to the peer's
+  # CM (QP 1) leave 300 ms late, the server's head start a NIC's slower
+  # host stack would give it. Its data packets are not delayed.
+  local faults=""
+  [[ " $* " =~ " -R " ]] && faults="delay=300ms@dst_qpn=1"
   local tries=0
   while :; do
-    out=$(RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 60 \
+    out=$(RDMAEMU_FAULTS=$faults RDMAEMU_ENGINE=$engine LD_LIBRARY_PATH="$libdir" timeout 60 \
       "$program" -d emu0 -x 0 -p "$port" "$@" "$address" 2>&1)
     client_rc=$?
     tries=$((tries + 1))
@@ -64,7 +78,7 @@ run() {  # engine, program, args...
     echo "FAIL: $program is not installed (tools/setup installs perftest)"; failures=$((failures + 1)); return
   fi
   local out log client_rc server_rc attempt rejected=""
-  for attempt in 1 2 3; do
+  for attempt in 1 2 3 4 5; do
     pair "$engine" "$program" "$@" && break
     # Only the race above starts a pair over; anything else fails now.
     grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' <<<"$out" || break
