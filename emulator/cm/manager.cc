@@ -35,6 +35,23 @@ constexpr uint8_t kSidrSuccess = 0;
 constexpr uint8_t kSidrUnsupported = 1;
 constexpr uint8_t kSidrReject = 2;
 
+// The REQ's transport for the active side's QP type, and back: the QP type
+// each side of it has (XRC: an initiator connects, a target accepts).
+TransportServiceType TransportOf(uint8_t qp_type) {
+  switch (qp_type) {
+    case RDMAEMU_CM_QPT_UC: return TransportServiceType::kUc;
+    case RDMAEMU_CM_QPT_XRC_SEND: return TransportServiceType::kXrc;
+    default: return TransportServiceType::kRc;
+  }
+}
+uint8_t QpTypeOf(TransportServiceType t, bool passive) {
+  switch (t) {
+    case TransportServiceType::kUc: return RDMAEMU_CM_QPT_UC;
+    case TransportServiceType::kXrc: return passive ? RDMAEMU_CM_QPT_XRC_RECV : RDMAEMU_CM_QPT_XRC_SEND;
+    default: return RDMAEMU_CM_QPT_RC;
+  }
+}
+
 // The default backlog of rdma_listen (the kernel's net.rdma_ucm.max_backlog).
 constexpr int kMaxBacklog = 1024;
 // The ephemeral range (the kernel's default ip_local_port_range).
@@ -440,9 +457,7 @@ Status Manager::Connect(uint32_t num, const sockaddr_in& dst, const rdmaemu_cm_p
   m.responder_resources = p.responder_resources;
   m.initiator_depth = p.initiator_depth;
   m.remote_cm_response_timeout = timing_.cm_response_timeout;
-  const TransportServiceType transport = p.qp_type == RDMAEMU_CM_QPT_UC         ? TransportServiceType::kUc
-                                         : p.qp_type == RDMAEMU_CM_QPT_XRC_SEND ? TransportServiceType::kXrc
-                                                                                : TransportServiceType::kRc;
+  const TransportServiceType transport = TransportOf(p.qp_type);
   m.transport = static_cast<uint8_t>(transport);
   // XRC is Transport Service Type 3 with Extended Transport Type 1 (the
   // kernel's cm_req_set_qp_type).
@@ -837,7 +852,7 @@ void Manager::OnReqLocked(int device, uint8_t port, uint32_t src_ip, uint64_t ti
   rdmaemu_cm_param& p = e.param;
   p.qp_num = req->qpn;
   p.starting_psn = req->starting_psn;
-  p.qp_type = xrc ? RDMAEMU_CM_QPT_XRC_RECV : req->transport == 1 ? RDMAEMU_CM_QPT_UC : RDMAEMU_CM_QPT_RC;
+  p.qp_type = QpTypeOf(child->transport, /*passive=*/true);
   p.responder_resources = req->responder_resources;
   p.initiator_depth = req->initiator_depth;
   p.flow_control = req->flow_control;
@@ -885,9 +900,7 @@ void Manager::OnRepLocked(uint32_t src_ip, uint64_t tid, std::span<const uint8_t
   p.qp_num = id->remote_qpn;
   p.qkey = rep.qkey;
   p.starting_psn = rep.starting_psn;
-  p.qp_type = id->transport == TransportServiceType::kUc    ? RDMAEMU_CM_QPT_UC
-              : id->transport == TransportServiceType::kXrc ? RDMAEMU_CM_QPT_XRC_SEND
-                                                            : RDMAEMU_CM_QPT_RC;
+  p.qp_type = QpTypeOf(id->transport, /*passive=*/false);
   p.responder_resources = rep.responder_resources;
   p.initiator_depth = rep.initiator_depth;
   p.flow_control = rep.flow_control;
