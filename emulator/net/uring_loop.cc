@@ -249,6 +249,7 @@ class UringLoop final : public LoopBase {
   msghdr recv_msg_{};  // the layout template of every received buffer
   uint64_t doorbell_value_ = 0;
   int inflight_ = 0;  // requests the kernel still holds
+  bool sends_unsubmitted_ = false;  // a sendmsg SQE may wait in the SQ
   bool recv_armed_[kMaxSockets] = {};
   bool recv_cancelling_[kMaxSockets] = {};  // while applications drive
   // Drive lock holder: drivers read the socket (see Run).
@@ -327,6 +328,12 @@ void UringLoop::Run() {
     std::optional<Clock::duration> left = left_at(now);
     const bool may_sleep = (!left || *left > Clock::duration::zero()) && PrepareToSleep();
     if (may_sleep) {
+      // Sends this round queued leave before a driver may send: a packet a
+      // completion of this round caused (an application thread polled it and
+      // posted) must not overtake the ACK that came with that completion, as
+      // no NIC lets it (rping's client reuses its send buffer on the reply).
+      if (sends_unsubmitted_) io_uring_submit(&u_->ring);
+      sends_unsubmitted_ = false;
       // Drivers never touch the ring, so it needs no lock while we wait.
       ReleaseToSleep(own);
       for (;;) {
@@ -353,6 +360,7 @@ void UringLoop::Run() {
       AfterSleep();
     } else {
       io_uring_submit(&u_->ring);
+      sends_unsubmitted_ = false;
       // A driver waiting for the lock gets its turn.
       ReleaseToSleep(now);
       AcquireDrive();
@@ -464,6 +472,7 @@ void UringLoop::SubmitSend(int id) {
   io_uring_prep_sendmsg(sqe, socket_fd(pool_[id].socket), &pool_[id].msg, 0);
   io_uring_sqe_set_data64(sqe, Tag(kSend, static_cast<uint32_t>(id)));
   ++inflight_;
+  sends_unsubmitted_ = true;
 }
 
 void UringLoop::RetrySends() {

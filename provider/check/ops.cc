@@ -33,17 +33,16 @@ int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     return EINVAL;
   }
   CqBudgetQueueUsed(qp, true);
-  Stack where = CaptureStack();
-  PostedSums* sums = SumSends(wr);
+  SendPost post(qp, wr, CaptureStack());
   *bad_wr = nullptr;
   int rc = 0;
-  if (!HasRoom(qp)) {
+  if (!post.room()) {
     rc = ENOMEM;
     *bad_wr = wr;
   } else {
     rc = g_post_send(qp, wr, bad_wr);
   }
-  AfterPostSend(qp, wr, rc, *bad_wr, sums, where);
+  post.Finish(rc, *bad_wr);
   return rc;
 }
 
@@ -71,16 +70,15 @@ int WrComplete(ibv_qp_ex* qpx) {
   CqBudgetQueueUsed(qp, true);
   provider::BatchSends batch = provider::OpenBatch(qpx);
   const ibv_send_wr* chain = batch.wrs.empty() ? nullptr : batch.wrs.data();
-  Stack where = CaptureStack();
-  PostedSums* sums = SumSends(chain);
+  SendPost post(qp, chain, CaptureStack(), batch.wrs.size(), "ibv_wr_complete");
   int rc = 0;
-  if (!HasRoom(qp, batch.wrs.size())) {
+  if (!post.room()) {
     rc = ENOMEM;
     g_wr_abort.load()(qpx);  // a failed batch is aborted whole (man ibv_wr_post)
   } else {
     rc = g_wr_complete.load()(qpx);
   }
-  AfterPostSend(qp, chain, rc, rc != 0 ? chain : nullptr, sums, where, "ibv_wr_complete");
+  post.Finish(rc, rc != 0 ? chain : nullptr);
   return rc;
 }
 

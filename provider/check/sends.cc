@@ -1,6 +1,7 @@
 // Outstanding send WRs per QP (sends.h).
 #include "provider/check/sends.h"
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <map>
@@ -39,6 +40,10 @@ struct SendQueue {
   bool sq_sig_all;
   uint32_t max_send_wr;
   std::deque<Posted> outstanding;
+  // Held by a SendPost from recording to Finish (never with g_mu held
+  // inside it the other way round): shared, as ForgetQp may drop the queue
+  // while a post of a racing thread still holds it.
+  std::shared_ptr<std::mutex> post_order = std::make_shared<std::mutex>();
 };
 
 std::mutex g_mu;
@@ -97,10 +102,6 @@ std::string Describe(const Posted& p) {
 
 }  // namespace
 
-struct PostedSums {
-  std::vector<std::pair<bool, uint64_t>> sums;  // summed?, sum
-};
-
 void TrackQp(const ibv_qp* qp, bool sq_sig_all, uint32_t max_send_wr) {
   std::lock_guard lock(g_mu);
   g_queues[{qp->context, qp->qp_num}] = SendQueue{sq_sig_all, max_send_wr, {}};
@@ -111,61 +112,91 @@ void ForgetQp(const ibv_qp* qp) {
   g_queues.erase({qp->context, qp->qp_num});
 }
 
-PostedSums* SumSends(const ibv_send_wr* wr) {
-  auto* sums = new PostedSums();
+struct SendPost::State {
+  const ibv_qp* qp;
+  std::shared_ptr<std::mutex> post_order;  // locked while the State lives
+  size_t recorded = 0;                     // WRs appended to the queue
+  size_t wrs = 0;                          // in the chain
+  std::shared_ptr<const Stack> where;
+  const char* verb;
+};
+
+SendPost::SendPost(const ibv_qp* qp, const ibv_send_wr* wr, const Stack& where, size_t needed,
+                   const char* verb)
+    : state_(std::make_unique<State>()) {
+  State& st = *state_;
+  st.qp = qp;
+  st.where = std::make_shared<const Stack>(where);
+  st.verb = verb;
+  {
+    std::lock_guard lock(g_mu);
+    auto it = g_queues.find({qp->context, qp->qp_num});
+    if (it == g_queues.end()) return;  // not a QP the checker tracks: nothing to record
+    st.post_order = it->second.post_order;
+  }
+  st.post_order->lock();
+  // Summed outside g_mu: the bytes may be many.
+  std::vector<Posted> records;
   for (; wr != nullptr; wr = wr->next) {
-    if (!ReadsLocalMemory(*wr) || wr->num_sge <= 0) {
-      sums->sums.emplace_back(false, 0);
-      continue;
-    }
-    std::vector<Sge> sges;
+    Posted p{wr->wr_id, wr->opcode, (wr->send_flags & IBV_SEND_SIGNALED) != 0, false, 0, {},
+             st.where, verb};
     bool device_memory = false;
     {
       std::lock_guard lock(g_mu);
       for (int i = 0; i < wr->num_sge; ++i) {
-        sges.push_back({wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey});
+        p.sges.push_back({wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey});
         device_memory |= g_device_keys.count(wr->sg_list[i].lkey) != 0;
       }
     }
-    if (device_memory) {
-      sums->sums.emplace_back(false, 0);
-      continue;
+    if (ReadsLocalMemory(*wr) && !p.sges.empty() && !device_memory) {
+      p.summed = true;
+      p.sum = Sum(p.sges);
     }
-    sums->sums.emplace_back(true, Sum(sges));
+    records.push_back(std::move(p));
   }
-  return sums;
-}
-
-bool HasRoom(const ibv_qp* qp, size_t wrs) {
+  st.wrs = records.size();
   std::lock_guard lock(g_mu);
-  auto it = g_queues.find({qp->context, qp->qp_num});
-  return it == g_queues.end() || it->second.outstanding.size() + wrs <= it->second.max_send_wr;
-}
-
-void AfterPostSend(const ibv_qp* qp, const ibv_send_wr* wr, int rc, const ibv_send_wr* bad_wr,
-                   PostedSums* sums, const Stack& where, const char* verb) {
-  std::unique_ptr<PostedSums> owned(sums);
-  auto stack = std::make_shared<const Stack>(where);
-  std::unique_lock lock(g_mu);
   auto it = g_queues.find({qp->context, qp->qp_num});
   if (it == g_queues.end()) return;
   SendQueue& q = it->second;
-  size_t i = 0;
-  for (; wr != nullptr && !(rc != 0 && wr == bad_wr); wr = wr->next, ++i) {
-    Posted p{wr->wr_id, wr->opcode, q.sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED) != 0,
-             false, 0, {}, stack, verb};
-    for (int s = 0; s < wr->num_sge; ++s) {
-      p.sges.push_back({wr->sg_list[s].addr, wr->sg_list[s].length, wr->sg_list[s].lkey});
-    }
-    if (i < sums->sums.size()) std::tie(p.summed, p.sum) = sums->sums[i];
+  if (q.outstanding.size() + needed > q.max_send_wr) {
+    room_ = false;
+    return;
+  }
+  for (Posted& p : records) {
+    p.signaled |= q.sq_sig_all;
     q.outstanding.push_back(std::move(p));
+  }
+  st.recorded = records.size();
+}
+
+SendPost::~SendPost() {
+  if (state_->post_order) state_->post_order->unlock();
+}
+
+void SendPost::Finish(int rc, const ibv_send_wr* bad_wr) {
+  State& st = *state_;
+  // The WRs from bad_wr on were not posted, and are still the queue's last:
+  // a completion retires up to the first outstanding WR it names, always a
+  // posted one, and no later post could record behind them (post_order).
+  size_t unposted = 0;
+  if (rc != 0) {
+    if (bad_wr == nullptr) unposted = st.wrs;
+    for (const ibv_send_wr* wr = bad_wr; wr != nullptr; wr = wr->next) ++unposted;
+  }
+  std::unique_lock lock(g_mu);
+  auto it = g_queues.find({st.qp->context, st.qp->qp_num});
+  if (it == g_queues.end()) return;
+  SendQueue& q = it->second;
+  for (size_t i = 0; i < std::min(unposted, st.recorded) && !q.outstanding.empty(); ++i) {
+    q.outstanding.pop_back();
   }
   if (rc != ENOMEM || q.outstanding.empty()) return;
   for (const Posted& p : q.outstanding) {
     if (p.signaled) return;  // its completion will retire the rest: only full for now
   }
   size_t n = q.outstanding.size();
-  uint32_t qpn = qp->qp_num, max = q.max_send_wr;
+  uint32_t qpn = st.qp->qp_num, max = q.max_send_wr;
   Stack first = *q.outstanding.front().posted;
   lock.unlock();
   Report(Kind::kUnsignaledSqFull,
@@ -173,8 +204,8 @@ void AfterPostSend(const ibv_qp* qp, const ibv_send_wr* wr, int rc, const ibv_se
                      "holds {} WRs and none is signaled, so no completion will ever retire them "
                      "(a NIC frees send queue slots only when it writes a completion); post with "
                      "IBV_SEND_SIGNALED every so often (e.g. every max_send_wr/2 WRs) and poll it",
-                     verb, qpn, max, n),
-         where, {{"the oldest outstanding unsignaled WR was posted here", first}});
+                     st.verb, qpn, max, n),
+         *st.where, {{"the oldest outstanding unsignaled WR was posted here", first}});
 }
 
 void SendCompleted(const ibv_context* context, const ibv_wc& wc) {

@@ -12,6 +12,7 @@
 #include <infiniband/verbs.h>
 
 #include <cstdint>
+#include <memory>
 
 #include "provider/check/stack.h"
 
@@ -21,22 +22,40 @@ namespace rdmaemu::check {
 void TrackQp(const ibv_qp* qp, bool sq_sig_all, uint32_t max_send_wr);
 void ForgetQp(const ibv_qp* qp);
 
+// One ibv_post_send (or ibv_wr_complete) as the checker sees it. The device
+// may send, be acknowledged and complete a WR before the provider's post
+// returns, and another thread may poll that completion at once, so each WR
+// is recorded as outstanding (with the checksum of the memory a SEND or RDMA
+// WRITE reads) before the provider posts, and what it did not post is taken
+// back after. The QP's posts are serialized from construction to Finish, so
+// the records keep the order the device sees.
+//
 // A NIC frees a send queue slot only when the program polls the completion
 // that retires its WR (an unsignaled WR's slot with the next signaled one);
-// the device here frees it when the WR is done. With the checker on the
-// post holds to the NIC's rule: false (and the post fails with ENOMEM) when
-// every slot holds a WR no polled completion has retired yet (`wrs`: the
-// slots a batch of ibv_wr_* needs at once).
-bool HasRoom(const ibv_qp* qp, size_t wrs = 1);
+// the device here frees it when the WR is done. With the checker on the post
+// holds to the NIC's rule: room() is false (and the caller fails the post
+// with ENOMEM, posting nothing) when `needed` slots (ibv_post_send: 1, the
+// provider fails the rest of a chain itself; a batch of ibv_wr_*: all) are
+// not free beside the WRs no polled completion has retired yet.
+class SendPost {
+ public:
+  // `wr`: the chain about to be posted; `verb` what the program called.
+  SendPost(const ibv_qp* qp, const ibv_send_wr* wr, const Stack& where, size_t needed = 1,
+           const char* verb = "ibv_post_send");
+  ~SendPost();
+  SendPost(const SendPost&) = delete;
+  SendPost& operator=(const SendPost&) = delete;
 
-// After the provider's post_send returned `rc` for the chain `wr`
-// (`bad_wr` the first not posted when rc != 0). `before` are the checksums
-// SumSends took of the chain before posting, in order.
-struct PostedSums;
-PostedSums* SumSends(const ibv_send_wr* wr);
-// `verb` is what the program called: ibv_post_send, or ibv_wr_complete.
-void AfterPostSend(const ibv_qp* qp, const ibv_send_wr* wr, int rc, const ibv_send_wr* bad_wr,
-                   PostedSums* sums, const Stack& where, const char* verb = "ibv_post_send");
+  bool room() const { return room_; }
+  // After the provider's post returned `rc` (`bad_wr` the first WR not
+  // posted when rc != 0; null: none was). Call once.
+  void Finish(int rc, const ibv_send_wr* bad_wr);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+  bool room_ = true;
+};
 
 // For each send-side completion polled from a CQ of `context`.
 void SendCompleted(const ibv_context* context, const ibv_wc& wc);
