@@ -7,7 +7,9 @@
 #include "emulator/device/attributes.h"
 #include "provider/domain.h"
 #include "provider/handles.h"
+#include "provider/check/check.h"
 #include "provider/check/quarantine.h"
+#include "provider/check/sends.h"
 #include "provider/object_slot.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
@@ -251,6 +253,16 @@ Result<ibv_cq_ex*> CreateCq(ibv_context* context, const ibv_cq_init_attr_ex& att
   } catch (const std::bad_alloc&) {
     delete cq;
     return NoMemory("no memory for the CQ's ring");
+  }
+  if (check::On()) {
+    // send-buffer-changed compares a send WR's memory when the device is
+    // done with it, as well as at the poll (sends.h).
+    cq->cq->set_observer([context](const objects::Cqe& cqe) {
+      if (cqe.status == objects::WcStatus::kSuccess &&
+          static_cast<unsigned>(cqe.opcode) < static_cast<unsigned>(objects::WcOpcode::kRecv)) {
+        check::SendProduced(context, cqe.qp_num, cqe.wr_id);
+      }
+    });
   }
   cq->wc_flags = attr.wc_flags;
   cq->ibv.context = context;

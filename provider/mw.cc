@@ -9,7 +9,9 @@
 // IBV_WC_MW_BIND_ERR); the window's rkey is bumped (ibv_inc_rkey) once the
 // WR is posted, as those providers do.
 #include "emulator/base/log.h"
+#include "provider/check/check.h"
 #include "provider/check/quarantine.h"
+#include "provider/check/sends.h"
 #include "provider/handles.h"
 #include "provider/objects.h"
 #include "provider/ops.h"
@@ -50,6 +52,7 @@ ibv_mw* AllocMw(ibv_pd* pd, ibv_mw_type type) {
 // region with bound windows refuses to go.
 int DeallocMw(ibv_mw* ibv) {
   if (LiveHandle(ibv, Kind::kMw, "ibv_dealloc_mw") == nullptr) return ENOENT;
+  if (check::On()) check::DeallocatingMw(ibv);
   Mw* mw = ToMw(ibv);
   Status s = ToContext(ibv->context)->device->mws().Deallocate(mw->key);
   if (!s.ok()) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <shared_mutex>
@@ -67,6 +68,11 @@ uint32_t RoceMtuFor(int link_mtu) {
   return 256;
 }
 
+// Two processes are two emulated hosts, so one address is one process's at
+// a time; a server that forks a child per connection (qperf) starts the
+// next child while the last may still be exiting.
+constexpr std::chrono::milliseconds kWaitForHeldAddress{3000};
+
 }  // namespace
 
 Device::Device(DeviceConfig config, int index)
@@ -86,6 +92,7 @@ Result<std::shared_ptr<Device>> Device::Open(const DeviceConfig& config, int ind
     const PortConfig& pc = config.ports[i];
     net::UdpSocketOptions options;
     if (pc.address) options.address = net::ToString(*pc.address);
+    options.wait_if_held = kWaitForHeldAddress;
     options.port = pc.udp_port;
     auto socket = net::UdpSocket::Open(options);
     if (!socket.ok()) {

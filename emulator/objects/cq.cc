@@ -29,6 +29,7 @@ bool Cq::Push(const Cqe& cqe) {
   // clock read too.
   const uint64_t core = (stamps_ & kStampCoreClock) ? device::CoreClockNow() : 0;
   const uint64_t wall = (stamps_ & kStampWallclock) ? device::WallclockNowNs() : 0;
+  if (observer_) observer_(cqe);
   bool notify = false;
   {
     std::lock_guard lock(mu_);

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory_resource>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "emulator/base/status.h"
@@ -86,6 +87,13 @@ class Cq {
 
   uint64_t handle() const { return handle_; }
 
+  // Called by Push with each CQE it is about to make visible, before any
+  // poller can see it (on the pushing thread, no lock held): the moment the
+  // device is done with the WR. Set once, before the CQ is in use; unset
+  // (the default), Push pays one test.
+  using Observer = std::function<void(const Cqe&)>;
+  void set_observer(Observer observer) { observer_ = std::move(observer); }
+
   uint32_t capacity() const;
 
   // Engine side: the CQE is produced now (and stamped). False when the CQ
@@ -133,6 +141,7 @@ class Cq {
   // take the next one (the application never saw that one).
   bool peeked_ = false;  // guarded by mu_
   const Notifier notifier_;
+  Observer observer_;
   const uint64_t handle_;
   const uint32_t stamps_;
 };

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <utility>
@@ -34,6 +35,14 @@ struct Posted {
   std::vector<Sge> sges;
   std::shared_ptr<const Stack> posted;  // one per ibv_post_send call
   const char* verb = "ibv_post_send";   // or ibv_wr_complete
+  // A bind: the window and the region it names (compared, never read: the
+  // provider has not checked them yet when the WR is recorded).
+  const void* bind_mw = nullptr;
+  const void* bind_mr = nullptr;
+  // The device produced the completion that retires it (SendProduced), and
+  // the memory was still as posted then: nothing to compare at the poll.
+  bool produced = false;
+  bool unchanged_at_retire = false;
 };
 
 struct SendQueue {
@@ -86,6 +95,7 @@ const char* OpcodeName(ibv_wr_opcode op) {
     case IBV_WR_RDMA_READ: return "RDMA READ";
     case IBV_WR_ATOMIC_CMP_AND_SWP: return "compare-and-swap";
     case IBV_WR_ATOMIC_FETCH_AND_ADD: return "fetch-and-add";
+    case IBV_WR_BIND_MW: return "bind of a memory window";
     default: return "WR";
   }
 }
@@ -148,6 +158,10 @@ SendPost::SendPost(const ibv_qp* qp, const ibv_send_wr* wr, const Stack& where, 
         device_memory |= g_device_keys.count(wr->sg_list[i].lkey) != 0;
       }
     }
+    if (wr->opcode == IBV_WR_BIND_MW) {
+      p.bind_mw = wr->bind_mw.mw;
+      p.bind_mr = wr->bind_mw.bind_info.mr;
+    }
     if (ReadsLocalMemory(*wr) && !p.sges.empty() && !device_memory) {
       p.summed = true;
       p.sum = Sum(p.sges);
@@ -208,6 +222,26 @@ void SendPost::Finish(int rc, const ibv_send_wr* bad_wr) {
          *st.where, {{"the oldest outstanding unsignaled WR was posted here", first}});
 }
 
+void SendProduced(const ibv_context* context, uint32_t qp_num, uint64_t wr_id) {
+  std::lock_guard lock(g_mu);
+  auto it = g_queues.find({context, qp_num});
+  if (it == g_queues.end()) return;
+  auto& out = it->second.outstanding;
+  // Completions come in order: this one retires the WRs after those an
+  // earlier one produced, up to the first signaled WR it names.
+  size_t start = 0;
+  while (start < out.size() && out[start].produced) ++start;
+  size_t end = start;
+  for (; end < out.size(); ++end) {
+    if (out[end].wr_id == wr_id && out[end].signaled) break;
+  }
+  if (end == out.size()) return;
+  for (size_t i = start; i <= end; ++i) {
+    out[i].produced = true;
+    out[i].unchanged_at_retire = !out[i].summed || Sum(out[i].sges) == out[i].sum;
+  }
+}
+
 void SendCompleted(const ibv_context* context, const ibv_wc& wc) {
   struct Changed {
     Posted posted;
@@ -228,7 +262,9 @@ void SendCompleted(const ibv_context* context, const ibv_wc& wc) {
     }
     if (end == out.size()) return;  // not one this checker saw posted
     for (size_t i = 0; i <= end; ++i) {
-      if (ok && out[i].summed && Sum(out[i].sges) != out[i].sum) changed.push_back({out[i]});
+      if (ok && out[i].summed && !out[i].unchanged_at_retire && Sum(out[i].sges) != out[i].sum) {
+        changed.push_back({out[i]});
+      }
     }
     out.erase(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(end + 1));
   }
@@ -244,32 +280,57 @@ void SendCompleted(const ibv_context* context, const ibv_wc& wc) {
   }
 }
 
-void Deregistering(const ibv_mr* mr) {
-  std::vector<std::pair<uint32_t, Posted>> users;
-  {
-    std::lock_guard lock(g_mu);
-    for (const auto& [key, q] : g_queues) {
-      if (key.first != mr->context) continue;
-      for (const Posted& p : q.outstanding) {
-        for (const Sge& s : p.sges) {
-          if (s.lkey == mr->lkey) {
-            users.emplace_back(key.second, p);
-            break;
-          }
-        }
-        if (!users.empty()) break;
-      }
-      if (!users.empty()) break;
+namespace {
+
+// The first outstanding WR `uses` says uses the object, with its QP's number.
+template <typename Uses>
+std::optional<std::pair<uint32_t, Posted>> FirstUser(const ibv_context* context, Uses uses) {
+  std::lock_guard lock(g_mu);
+  for (const auto& [key, q] : g_queues) {
+    if (key.first != context) continue;
+    for (const Posted& p : q.outstanding) {
+      if (uses(p)) return std::pair{key.second, p};
     }
   }
-  if (users.empty()) return;
-  const auto& [qpn, p] = users.front();
+  return std::nullopt;
+}
+
+}  // namespace
+
+void Deregistering(const ibv_mr* mr) {
+  auto user = FirstUser(mr->context, [mr](const Posted& p) {
+    if (p.bind_mr == mr) return true;
+    for (const Sge& s : p.sges) {
+      if (s.lkey == mr->lkey) return true;
+    }
+    return false;
+  });
+  if (!user) return;
+  const auto& [qpn, p] = *user;
+  const char* outcome =
+      p.bind_mr == mr
+          ? "the bind will fail (a window needs a live region), or on a NIC bind a window over "
+            "memory that is no longer registered"
+          : "the WR will fail with a local protection error, or on a NIC read or write memory "
+            "that is no longer registered";
   Report(Kind::kDeregInFlight,
          fmt::format("ibv_dereg_mr of mr lkey {:#x} ({} bytes at {}) while qp#{} {} still uses "
-                     "it, posted and not yet completed: the WR will fail with a local protection "
-                     "error, or on a NIC read or write memory that is no longer registered; wait "
-                     "for its completion before deregistering",
-                     mr->lkey, mr->length, mr->addr, qpn, Describe(p)),
+                     "it, posted and not yet completed: {}; wait for its completion before "
+                     "deregistering",
+                     mr->lkey, mr->length, mr->addr, qpn, Describe(p), outcome),
+         CaptureStack(), {{"the WR was posted here", *p.posted}});
+}
+
+void DeallocatingMw(const ibv_mw* mw) {
+  auto user = FirstUser(mw->context, [mw](const Posted& p) { return p.bind_mw == mw; });
+  if (!user) return;
+  const auto& [qpn, p] = *user;
+  Report(Kind::kDeregInFlight,
+         fmt::format("ibv_dealloc_mw of mw rkey {:#x} while qp#{} {} still binds it, posted and "
+                     "not yet completed: the bind then fails with a bind error, or on a NIC "
+                     "finds the window's resources freed or reused; wait for the bind's "
+                     "completion before deallocating",
+                     mw->rkey, qpn, Describe(p)),
          CaptureStack(), {{"the WR was posted here", *p.posted}});
 }
 

@@ -1,11 +1,13 @@
 // The send queues as the checker sees them: every WR a QP has posted and no
 // completion has retired yet, with a checksum of the local memory a SEND or
 // RDMA WRITE reads. From it come three kinds of report:
-//   send-buffer-changed  the memory differs when the WR's completion (or a
-//                        later one that retires it, if unsignaled) is polled;
+//   send-buffer-changed  the memory differs when the device produces the WR's
+//                        completion (or a later one that retires it, if
+//                        unsignaled), checked when the program polls it;
 //   unsignaled-sq-full   a post fails with ENOMEM and nothing outstanding is
 //                        signaled, so no completion will ever make room;
-//   dereg-in-flight      ibv_dereg_mr of an MR an outstanding WR names.
+//   dereg-in-flight      ibv_dereg_mr of an MR an outstanding WR names,
+//                        ibv_dealloc_mw of a window an outstanding bind names.
 // Only the public verbs structs are read. Any thread.
 #pragma once
 
@@ -57,11 +59,22 @@ class SendPost {
   bool room_ = true;
 };
 
+// When the device produces a successful send-side completion on a CQ of
+// `context` (before the program can poll it): the WRs it retires are summed
+// again now. Memory unchanged now is what the device sent, for good: a
+// change after this (a receive landing in the buffer, the program reusing
+// it before polling) is not reported at the poll.
+void SendProduced(const ibv_context* context, uint32_t qp_num, uint64_t wr_id);
+
 // For each send-side completion polled from a CQ of `context`.
 void SendCompleted(const ibv_context* context, const ibv_wc& wc);
 
-// Before ibv_dereg_mr of `mr`.
+// Before ibv_dereg_mr of `mr`: dereg-in-flight if an outstanding WR reads
+// or writes it, or binds a window over it.
 void Deregistering(const ibv_mr* mr);
+// Before ibv_dealloc_mw of `mw` (a live handle): dereg-in-flight if an
+// outstanding bind WR names it.
+void DeallocatingMw(const ibv_mw* mw);
 
 // A region over device memory (ibv_reg_dm_mr) was registered or is gone:
 // an SGE with its lkey holds an offset into the device's memory, not an

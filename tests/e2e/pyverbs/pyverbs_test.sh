@@ -130,12 +130,6 @@ expected_reports=(
   # test_mr_rereg_addr frees the buffer its MR was moved to while the MR
   # still registers it (the MR is closed after the test): the test's own.
   'freed-registered-memory => test_mr\.MRTest\.test_mr_rereg_addr'
-  # A false report, known (docs/check.md): the client receives the
-  # rendezvous FIN into the buffer of the SEND the server already
-  # acknowledged, and polls that SEND's completion only afterwards; the
-  # checker compares at the poll, and counts a receive into a send buffer
-  # as a change (right while the SEND is in flight, wrong here).
-  'send-buffer-changed => test_tag_matching\.TMTest\.test_tm_rndv'
 )
 
 # Both engines, then io_uring once more under the verbs checker (`check`):

@@ -20,7 +20,9 @@ declare -A kind=(
   [cm_ack_mismatch]=ack-mismatch
   [cm_leak]=leak
   [cq_too_small]=cq-too-small
+  [dealloc_mw_in_flight]=dereg-in-flight
   [dereg_in_flight]=dereg-in-flight
+  [dereg_in_flight_bind]=dereg-in-flight
   [dereg_in_flight_ex]=dereg-in-flight
   [freed_registered_memory]=freed-registered-memory
   [leak]=leak
@@ -63,6 +65,13 @@ for prog in "$@"; do
   grep -q "^    #[0-9]* .* .*$name\.c:[0-9]*$" "$tmp/err" ||
     { fail "$name: no frame of $name.c in the report"; sed 's/^/    /' "$tmp/err" | head -30; }
   grep -q "\"kind\":\"$want\"" "$tmp/$name.json" 2>/dev/null || fail "$name: no $want JSON line"
+  if [[ "$name" == leak ]]; then
+    # One report per kind it left, the memory window among them.
+    for left in "QP" "CQ" "MR" "MW" "PD" "context"; do
+      grep -qE "^rdmaemu-check: leak: [0-9]+ $left(s)? still alive" "$tmp/err" ||
+        { fail "leak: no leak report of its $left"; sed 's/^/    /' "$tmp/err" | grep '^    rdmaemu-check'; }
+    done
+  fi
   if [[ "$name" == cm_leak ]]; then
     # The id and the channel, each with where it was made; never the
     # context or PD librdmacm keeps for the device.

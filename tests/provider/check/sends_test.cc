@@ -85,6 +85,31 @@ TEST_F(Sends, ACompletionPolledBeforeThePostReturnsRetiresIt) {
   EXPECT_EQ(Changed(), before) << "the first WR was retired by its own completion";
 }
 
+// rdma-core's test_tm_rndv: the peer acknowledged the SEND and the device
+// produced its completion; then a receive lands in the same buffer before
+// the program polls. Nothing reads the buffer for that WR again.
+TEST_F(Sends, AChangeAfterTheDeviceProducedTheCompletionIsNotReported) {
+  const int before = Changed();
+  ibv_send_wr a = Send(1), b = Send(2);
+  b.send_flags = 0;  // unsignaled: retired by c's completion
+  ibv_send_wr c = Send(3);
+  for (ibv_send_wr* wr : {&a, &b}) {
+    SendPost post(&qp_, wr, CaptureStack());
+    post.Finish(0, nullptr);
+  }
+  SendProduced(&context_, qp_.qp_num, 1);
+  buf_[3] = 'b';
+  Complete(1);
+  EXPECT_EQ(Changed(), before);
+  // b is still outstanding and reads the changed bytes from here on.
+  SendPost post(&qp_, &c, CaptureStack());
+  post.Finish(0, nullptr);
+  buf_[5] = 'c';
+  SendProduced(&context_, qp_.qp_num, 3);
+  Complete(3);
+  EXPECT_EQ(Changed(), before + 2) << "b and c changed before the device was done";
+}
+
 TEST_F(Sends, WrsThePostRefusedAreTakenBack) {
   ibv_send_wr a = Send(1), b = Send(2);
   a.next = &b;

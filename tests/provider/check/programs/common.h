@@ -78,7 +78,7 @@ static inline struct ibv_qp *create_rc(struct pair *p, uint32_t send_wr, uint32_
   a.pd = p->pd;
   if (p->cqx) {
     a.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-    a.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE;
+    a.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND;
   }
   struct ibv_qp *qp = ibv_create_qp_ex(p->ctx, &a);
   if (!qp) die("ibv_create_qp_ex");
@@ -112,7 +112,8 @@ static inline void open_pair_with(struct pair *p, int cqe, int with_channel, int
     if (!p->cq) die("ibv_create_cq");
   }
   p->buf = calloc(1, 4096);
-  p->mr = ibv_reg_mr(p->pd, p->buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  p->mr = ibv_reg_mr(p->pd, p->buf, 4096,
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND);
   if (!p->mr) die("ibv_reg_mr");
 }
 
@@ -158,6 +159,40 @@ static inline int post_write(struct pair *p, uint64_t wr_id, uint32_t len, int s
   wr.wr.rdma.remote_addr = (uintptr_t)p->buf + 2048;
   wr.wr.rdma.rkey = p->mr->rkey;
   return ibv_post_send(p->a, &wr, &bad);
+}
+
+/* A signaled SEND of buf[0, len) through qp a. Until post_recv_b gives b a
+ * receive, b answers RNR NAK and a, whose rnr_retry is 7 (for ever), keeps
+ * trying: the WR stays in flight for as long as the program wants. */
+static inline int post_send_a(struct pair *p, uint64_t wr_id, uint32_t len) {
+  if (p->ax) {
+    ibv_wr_start(p->ax);
+    p->ax->wr_id = wr_id;
+    p->ax->wr_flags = IBV_SEND_SIGNALED;
+    ibv_wr_send(p->ax);
+    ibv_wr_set_sge(p->ax, p->mr->lkey, (uintptr_t)p->buf, len);
+    return ibv_wr_complete(p->ax);
+  }
+  struct ibv_sge sge = {(uintptr_t)p->buf, len, p->mr->lkey};
+  struct ibv_send_wr wr, *bad;
+  memset(&wr, 0, sizeof wr);
+  wr.wr_id = wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  return ibv_post_send(p->a, &wr, &bad);
+}
+
+/* A receive of len bytes into buf[2048, ...) on qp b. */
+static inline int post_recv_b(struct pair *p, uint64_t wr_id, uint32_t len) {
+  struct ibv_sge sge = {(uintptr_t)p->buf + 2048, len, p->mr->lkey};
+  struct ibv_recv_wr wr, *bad;
+  memset(&wr, 0, sizeof wr);
+  wr.wr_id = wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  return ibv_post_recv(p->b, &wr, &bad);
 }
 
 /* The next completion, or exit 3 after ~5 s. */
