@@ -132,17 +132,17 @@ expected_reports=(
   'freed-registered-memory => test_mr\.MRTest\.test_mr_rereg_addr'
 )
 
-# Both engines, then io_uring once more under the verbs checker (`check`):
+# Both engines, then both once more under the verbs checker (`check-*`):
 # the same outcomes, and reports only of the kinds above.
-for engine in uring epoll check; do
+for engine in uring epoll check-uring check-epoll; do
   out="$tmp/$engine.out"
   err="$tmp/$engine.err"
   start=$SECONDS
   check_args=()
   run_engine=$engine
-  if [[ $engine == check ]]; then
-    run_engine=uring
-    check_args=(--check=warn --check-report "$tmp/check.json")
+  if [[ $engine == check-* ]]; then
+    run_engine=${engine#check-}
+    check_args=(--check=warn --check-report "$tmp/$engine.json")
   fi
   # cd: the suite writes nothing, but run it away from the source tree.
   (cd "$tmp" && timeout 300 "$rdmaemu" run --engine "$run_engine" --lib "$libdir" "${check_args[@]}" -- \
@@ -161,15 +161,15 @@ for engine in uring epoll check; do
     echo "--- $engine: stderr of $id:"
     awk -v id="tests.$id" '$1 == "START" { on = ($2 == id); next } on' "$err" | head -60 | sed 's/^/    /'
   done
-  if [[ $engine == check ]]; then
+  if [[ $engine == check-* ]]; then
     summary=$(grep -E '^rdmaemu-check: summary: [0-9]+ reports' "$err")
     if [[ -z $summary ]]; then
-      fail "check: no summary line from the checker"
+      fail "$engine: no summary line from the checker"
     else
-      echo "check: $summary"
+      echo "$engine: $summary"
       reported=$(sed -E 's/.*summary: ([0-9]+) reports.*/\1/' <<<"$summary")
-      lines=$(grep -c . "$tmp/check.json")
-      [[ $lines -eq $reported ]] || fail "check: $reported reports but $lines JSON lines in --check-report"
+      lines=$(grep -c . "$tmp/$engine.json")
+      [[ $lines -eq $reported ]] || fail "$engine: $reported reports but $lines JSON lines in --check-report"
     fi
     # Each report with the test that was running (run_suite.py marks them).
     while read -r kind test; do
@@ -178,7 +178,7 @@ for engine in uring epoll check; do
         if [[ $kind == "${entry%% => *}" && $test =~ ^tests\.(${entry#* => })$ ]]; then ok=1; break; fi
       done
       (( ok )) || {
-        fail "check: a $kind report in $test, which the suite should not earn:"
+        fail "$engine: a $kind report in $test, which the suite should not earn:"
         awk -v id="$test" -v kind="rdmaemu-check: $kind:" \
           '$1 == "START" { on = ($2 == id); next } on && index($0, kind) == 1 { n = 8 } n-- > 0' "$err" \
           | head -20 | sed 's/^/    /'
