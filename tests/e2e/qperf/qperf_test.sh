@@ -7,10 +7,15 @@
 #   default RoCE v2 port, as on a RoCE NIC (qperf's UD tests build their
 #   address handle from the LID alone even then, and its UC tests do not use
 #   rdma_cm, so neither can run on RoCE).
-#   qperf_test.sh LIBIBVERBS LIBRDMACM
+# Then the RoCE runs once more under the verbs checker (RDMAEMU_CHECK=warn,
+# the interposer preloaded, as `rdmaemu run --check` runs them): qperf
+# leaks for real (docs/check.md), so `leak` is the only report allowed
+# (and, on the server, dereg-in-flight: see below).
+#   qperf_test.sh LIBIBVERBS LIBRDMACM INTERPOSER
 set -u
 lib_src="$1"
 cm_src="$2"
+interposer_src="$3"
 command -v qperf >/dev/null || { echo "FAIL: qperf is not installed (tools/setup installs it)"; exit 1; }
 dir=$(mktemp -d)
 server=
@@ -18,6 +23,7 @@ cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$dir"; }
 trap cleanup EXIT
 cp "$lib_src" "$dir/libibverbs.so.1"
 cp "$cm_src" "$dir/librdmacm.so.1"
+cp "$interposer_src" "$dir/librdmaemu_interpose.so"
 printf 'device emu0\nport link_layer=infiniband\n' >"$dir/ib.conf"
 export RDMAEMU_CONFIG="$dir/ib.conf" LD_LIBRARY_PATH="$dir"
 
@@ -64,5 +70,59 @@ for engine in uring epoll; do
   done
   kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; server=
 done
+# Under the checker. The server forks a child per test, which reports at
+# its exit into the server's log, symbolizing each report's stacks: that
+# exit is slower, and a child still exiting holds the server's address (each
+# process is its own emulated host), so it would answer the next client's
+# REQ with a reject (no listener). Each test waits a second for it first.
+for engine in uring epoll; do
+  port=$(( 20000 + RANDOM % 20000 ))
+  addr="127.0.$(( 100 + RANDOM % 100 )).$(( 2 + RANDOM % 200 ))"
+  RDMAEMU_CHECK=warn LD_PRELOAD="$dir/librdmaemu_interpose.so" RDMAEMU_ADDRESS=$addr \
+    RDMAEMU_ENGINE=$engine timeout 300 qperf -lp "$port" >"$dir/server.log" 2>&1 &
+  server=$!
+  sleep 0.5
+  for t in rc_bw rc_lat rc_rdma_write_bw rc_rdma_read_lat rc_compare_swap_mr; do
+    # Not understood yet, seen once in a few dozen runs under the checker:
+    # the child the server forked for a test answers the client's REQ with
+    # "nobody listens" on the port it sent the client; the test then runs
+    # again (a REJ in the log, a new child).
+    for attempt in 1 2 3; do
+      sleep 1
+      out=$(RDMAEMU_CHECK=warn LD_PRELOAD="$dir/librdmaemu_interpose.so" RDMAEMU_ENGINE=$engine \
+        timeout 30 qperf -lp "$port" -cm1 -t 1 "$addr" "$t" 2>&1)
+      rc=$?
+      echo "$out" >>"$dir/clients.log"
+      grep -q 'unexpected event from RDMA CM: Event rejected' <<<"$out" || break
+      echo "note: qperf -cm1 $t engine=$engine under the checker: rejected, attempt $attempt"
+    done
+    result=$(grep -E '^ +(bw|latency|send_bw|msg_rate) +=' <<<"$out" | head -1 | tr -s ' ')
+    if [ $rc -ne 0 ] || [ -z "$result" ] || grep -q "failed" <<<"$out"; then
+      echo "FAIL: qperf -cm1 $t engine=$engine under the checker (exit $rc)"; echo "$out"
+      failures=$((failures + 1))
+    else
+      echo "ok: qperf -cm1 $t engine=$engine under the checker:$result"
+    fi
+  done
+  kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; server=
+  # Every report of client and server children: leaks only, and on the
+  # server dereg-in-flight too: its children never destroy their QP (they
+  # destroy the listening id's, which has none) and deregister their MR
+  # while the last reply they sent may not have completed yet.
+  others=$( (grep -ohE 'rdmaemu-check: [a-z-]+:' "$dir/server.log" |
+             grep -vE ': (leak|summary|dereg-in-flight):$'
+             grep -ohE 'rdmaemu-check: [a-z-]+:' "$dir/clients.log" |
+             grep -vE ': (leak|summary):$') | sort | uniq -c)
+  if [ -n "$others" ]; then
+    echo "FAIL: qperf under the checker, engine=$engine: reports other than leaks:"; echo "$others"
+    grep -h -A6 'rdmaemu-check: ' "$dir/server.log" "$dir/clients.log" | head -40
+    failures=$((failures + 1))
+  fi
+  rm -f "$dir/clients.log"
+  grep -q 'rdmaemu-check: leak:' "$dir/server.log" ||
+    { echo "FAIL: qperf under the checker, engine=$engine: its server's leaks were not reported"
+      failures=$((failures + 1)); }
+done
+
 [ $failures -eq 0 ] && echo PASS || echo "$failures failure(s)"
 exit $(( failures > 0 ))
