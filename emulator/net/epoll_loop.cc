@@ -3,16 +3,21 @@
 // One epoll set holds the sockets (EPOLLIN unless applications drive, plus
 // EPOLLOUT on the one a send waits on for room) and the doorbell eventfd.
 // Receives and sends are DirectIo's recvmmsg and sendmmsg batches; the
-// deadline is epoll_wait's timeout, rounded up to the next millisecond so
-// that the loop never wakes before it.
+// deadline is epoll_pwait2's timeout, to the nanosecond (an applications'
+// hold is shorter than a millisecond), or epoll_wait's rounded up to the
+// next millisecond where the kernel or a seccomp filter refuses
+// epoll_pwait2, so that the loop never wakes before it.
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
+#include <optional>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -53,8 +58,11 @@ class EpollLoop final : public LoopBase {
   // Sets a socket's epoll events from watching_ and blocked_.
   void UpdateInterest(int socket);
   void DrainDoorbell();
+  // epoll_pwait2, or epoll_wait once that is refused; nullopt: no timeout.
+  int Wait(epoll_event* events, int max, std::optional<Clock::duration> timeout);
 
   const int epoll_fd_;
+  bool pwait2_refused_ = false;  // loop thread only
 
   // Drive lock holder only.
   DirectIo direct_;
@@ -73,6 +81,25 @@ class EpollLoop final : public LoopBase {
   std::vector<uint32_t> groups_readable_;
 };
 
+int EpollLoop::Wait(epoll_event* events, int max, std::optional<Clock::duration> timeout) {
+  if (!pwait2_refused_) {
+    timespec ts{};
+    if (timeout) {
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(*timeout).count();
+      ts.tv_sec = ns / 1'000'000'000;
+      ts.tv_nsec = ns % 1'000'000'000;
+    }
+    const int n = epoll_pwait2(epoll_fd_, events, max, timeout ? &ts : nullptr, nullptr);
+    if (n >= 0 || (errno != ENOSYS && errno != EPERM)) return n;
+    pwait2_refused_ = true;
+    Log().info("epoll_pwait2 refused ({}): waits are rounded up to milliseconds",
+               std::strerror(errno));
+  }
+  const int ms = !timeout ? -1
+                 : static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(*timeout).count());
+  return epoll_wait(epoll_fd_, events, max, ms);
+}
+
 void EpollLoop::Run() {
   AcquireDrive();
   std::array<epoll_event, 16> events{};
@@ -82,29 +109,27 @@ void EpollLoop::Run() {
     std::optional<Clock::time_point> hold = ApplicationHold(now);
     WatchSockets(!hold);
     const std::optional<Clock::time_point> own = NextWake();
-    // Milliseconds to the loop's deadline or the end of the applications'
-    // hold, whichever is first (-1: neither).
-    auto timeout_at = [&](Clock::time_point t) {
+    // Time to the loop's deadline or the end of the applications' hold,
+    // whichever is first (nullopt: neither).
+    auto timeout_at = [&](Clock::time_point t) -> std::optional<Clock::duration> {
       std::optional<Clock::time_point> wake = own;
       if (hold && (!wake || *hold < *wake)) wake = hold;
-      if (!wake) return -1;
-      const auto left = *wake - t;
-      return left <= Clock::duration::zero()
-                 ? 0
-                 : static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+      if (!wake) return std::nullopt;
+      return std::max(*wake - t, Clock::duration::zero());
     };
-    int timeout_ms = timeout_at(now);
-    const bool may_sleep = timeout_ms != 0 && PrepareToSleep();
+    std::optional<Clock::duration> timeout = timeout_at(now);
+    const bool may_sleep = (!timeout || *timeout > Clock::duration::zero()) && PrepareToSleep();
     ReleaseToSleep(may_sleep ? own : now);
     int n;
     for (;;) {
-      n = epoll_wait(epoll_fd_, events.data(), events.size(), may_sleep ? timeout_ms : 0);
+      n = Wait(events.data(), static_cast<int>(events.size()),
+               may_sleep ? timeout : std::optional<Clock::duration>(Clock::duration::zero()));
       if (!may_sleep) break;
       Add(counters().wakeups);
       if (n != 0) break;
       now = Clock::now();
       if (!SleepAgain(now, &hold)) break;
-      timeout_ms = timeout_at(now);
+      timeout = timeout_at(now);
     }
     const int wait_errno = errno;
     AcquireDrive();

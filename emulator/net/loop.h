@@ -118,8 +118,10 @@ inline constexpr int kMaxSockets = 2;
 // How long after the last Drive(receive) the loop thread leaves the sockets
 // to the application threads. Longer saves loop wakeups while a program
 // polls; shorter bounds the delay of a datagram that arrives once a program
-// has stopped polling without saying so (Release).
-inline constexpr std::chrono::microseconds kDriveHold{1000};
+// has stopped polling without saying so (Release), as perftest's
+// ib_write_lat does every iteration (docs/performance.md: 1 ms made it
+// 524 µs, 50 µs woke the loop so often that ib_send_lat lost 3x).
+inline constexpr std::chrono::microseconds kDriveHold{100};
 
 struct LoopOptions {
   // Test seam: an errno value (EPERM, ENOSYS, ...) makes io_uring setup fail
