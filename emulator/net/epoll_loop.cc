@@ -3,7 +3,7 @@
 // One epoll set holds the sockets (EPOLLIN unless applications drive, plus
 // EPOLLOUT on the one a send waits on for room) and the doorbell eventfd.
 // Receives and sends are DirectIo's recvmmsg and sendmmsg batches; the
-// deadline is epoll_pwait2's timeout, to the nanosecond (an applications'
+// deadline is epoll_pwait2's timeout, to the nanosecond (the applications'
 // hold is shorter than a millisecond), or epoll_wait's rounded up to the
 // next millisecond where the kernel or a seccomp filter refuses
 // epoll_pwait2, so that the loop never wakes before it.
@@ -17,9 +17,9 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
-#include <optional>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "emulator/base/log.h"
