@@ -71,6 +71,13 @@ cm_pair() {
   local client_rc=$?
   wait "$server"
   local server_rc=$?
+  # rping's own teardown race (tests/e2e/rdmacm/rdmacm_lib.sh, wait_server):
+  # its CM thread reads the channel main has just destroyed, and exits 255.
+  if (( server_rc == 255 )) && [[ $name == rping ]] &&
+     tail -n 1 "$base.server" | grep -qE '^rdma_get_cm_event: (Bad file descriptor|Invalid argument)$'; then
+    echo "note: $name ($engine): the server lost rping's teardown race; counted as passed"
+    server_rc=0
+  fi
   if (( client_rc != 0 || server_rc != 0 )) || grep -q 'rdmaemu-check:' "$base.client" "$base.server"; then
     fail "$name ($engine): client exit $client_rc, server exit $server_rc"
     echo "--- client:"; sed 's/^/    /' "$base.client" | head -40
