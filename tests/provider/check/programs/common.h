@@ -195,6 +195,26 @@ static inline int post_recv_b(struct pair *p, uint64_t wr_id, uint32_t len) {
   return ibv_post_recv(p->b, &wr, &bad);
 }
 
+/* A new type 2 window, bound over buf[0, 64) by a signaled IBV_WR_BIND_MW
+ * (wr_id 9) posted on qp a; the bind's completion is not waited for. */
+static inline struct ibv_mw *post_bind_a(struct pair *p) {
+  struct ibv_mw *mw = ibv_alloc_mw(p->pd, IBV_MW_TYPE_2);
+  if (!mw) die("ibv_alloc_mw");
+  struct ibv_send_wr wr, *bad;
+  memset(&wr, 0, sizeof wr);
+  wr.wr_id = 9;
+  wr.opcode = IBV_WR_BIND_MW;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.bind_mw.mw = mw;
+  wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+  wr.bind_mw.bind_info.mr = p->mr;
+  wr.bind_mw.bind_info.addr = (uintptr_t)p->buf;
+  wr.bind_mw.bind_info.length = 64;
+  wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  if (ibv_post_send(p->a, &wr, &bad)) die("ibv_post_send");
+  return mw;
+}
+
 /* The next completion, or exit 3 after ~5 s. */
 static inline struct ibv_wc wait_wc(struct pair *p) {
   struct ibv_wc wc;
