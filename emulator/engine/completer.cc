@@ -1,6 +1,7 @@
 // The completer: ACKs, NAKs, read responses and atomic ACKs complete the
 // requester's WQEs; the transport and RNR timers drive retries; exhausted
 // retries and fatal NAKs move the QP to ERR.
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -262,10 +263,42 @@ void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_poin
   }
 }
 
+bool Engine::ReceiveBacklog() {
+  if (!receive_backlog_) receive_backlog_ = loop_->ReceivePending();
+  return *receive_backlog_;
+}
+
+bool Engine::TakeTimeoutToken(Clock::time_point now) {
+  const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(now - timeout_tokens_at_);
+  if (elapsed.count() > 0) {
+    timeout_tokens_ = static_cast<int>(
+        std::min<int64_t>(kTimeoutBurst, timeout_tokens_ + elapsed.count() * kTimeoutsPerMs));
+    timeout_tokens_at_ = now;
+  }
+  if (timeout_tokens_ == 0) return false;
+  --timeout_tokens_;
+  return true;
+}
+
 void Engine::CheckTimers(Qp& qp, Clock::time_point now) {
   if (qp.attrs.state != QpState::kRts && qp.attrs.state != QpState::kSqd) return;
   if (qp.inflight.empty() || qp.rnr_waiting) return;
   if (qp.attrs.timeout == 0 || now < qp.timeout_at) return;
+  // A NIC takes in each ACK as it arrives. The emulator, on a busy machine
+  // with thousands of QPs answered at once, may still hold the ACK this
+  // timer waits for in its own socket: the timer then waits until that
+  // backlog is read, for at most one more timeout period (a peer that has
+  // gone still fails; a flood cannot hold the timer off for ever). Firing
+  // anyway resent every such QP's window into the same backlog, until the
+  // socket overflowed and retries ran out (tools/bench --scale, 4,000 QPs).
+  if (now < qp.timeout_at + TransportTimeout(qp.attrs.timeout) && ReceiveBacklog()) return;
+  // Thousands of QPs sent together time out together, typically because
+  // the peer's process is still working through their packets (a NIC would
+  // have answered in microseconds). Resending every window at once added
+  // the same load again each timeout period until no retry was left. So
+  // timeouts are paced per device (TakeTimeoutToken); one that finds no
+  // token fires a millisecond later, when OnWork looks again.
+  if (!TakeTimeoutToken(now)) return;
   Count(&qp, &Counters::timeouts);
   if (qp.retries_left == 0) {
     if (MigrateOnRetriesExhausted(qp)) return;

@@ -494,6 +494,29 @@ void Engine::Doorbell(uint32_t qpn) {
   if (!loop_->Drive(/*receive=*/false)) loop_->Ring();
 }
 
+namespace {
+
+// When OnWork must look at an active QP again. A timer held back by a
+// receive backlog (CheckTimers) is in the past: it is looked at again after
+// a millisecond, not on every call while the backlog is read.
+std::optional<Clock::time_point> NextDeadline(const Qp& qp, Clock::time_point now) {
+  constexpr auto kBacklogRecheck = std::chrono::milliseconds(1);
+  if (qp.rnr_waiting) return qp.rnr_until;
+  // Work posted but not started: looked at on the next call, as before.
+  if (qp.inflight.empty()) return qp.sq.empty() ? std::nullopt : std::optional(now);
+  if (qp.attrs.timeout == 0) return std::nullopt;
+  return qp.timeout_at > now ? qp.timeout_at : now + kBacklogRecheck;
+}
+
+}  // namespace
+
+void Engine::Activate(Qp& qp) {
+  active_.insert(qp.qpn);
+  // A QP with nothing to time yet is looked at on the next call.
+  const Clock::time_point at = NextDeadline(qp, Clock::time_point::min()).value_or(Clock::time_point::min());
+  if (!scan_at_ || at < *scan_at_) scan_at_ = at;
+}
+
 std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
   std::vector<uint32_t> rung;
   {
@@ -501,6 +524,7 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
     rung.swap(pending_);
   }
   auto access = device_->mrs().AccessGuard();
+  receive_backlog_.reset();
   // Packets the fault rules held back that are due now.
   faults_.Flush(now, *this);
   SendQueuedMads();
@@ -516,6 +540,13 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
   // Captured packets reach the file within capture::kFlushInterval, even
   // when the engine then goes idle.
   if (capture::FlushIfDue(now)) next = now + capture::kFlushInterval;
+  if (scan_at_ && now < *scan_at_) {
+    // No timer or RNR wait is due: the QPs in flight need nothing now.
+    if (!next || *scan_at_ < *next) next = scan_at_;
+    if (auto at = faults_.Flush(Clock::now(), *this); at && (!next || *at < *next)) next = at;
+    return next;
+  }
+  std::optional<Clock::time_point> scan_next;
   const std::vector<uint32_t> active(active_.begin(), active_.end());
   for (uint32_t qpn : active) {
     auto qp = FindQp(qpn);
@@ -534,12 +565,10 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
       active_.erase(qpn);
       continue;
     }
-    if (qp->rnr_waiting) {
-      if (!next || qp->rnr_until < *next) next = qp->rnr_until;
-    } else if (!qp->inflight.empty() && qp->attrs.timeout != 0) {
-      if (!next || qp->timeout_at < *next) next = qp->timeout_at;
-    }
+    if (auto at = NextDeadline(*qp, now); at && (!scan_next || *at < *scan_next)) scan_next = at;
   }
+  scan_at_ = scan_next;
+  if (scan_next && (!next || *scan_next < *next)) next = scan_next;
   // Again, for what the work above sent: it may be held back too.
   if (auto at = faults_.Flush(Clock::now(), *this); at && (!next || *at < *next)) next = at;
   return next;

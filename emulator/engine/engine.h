@@ -326,6 +326,13 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   void AckUpTo(Qp& qp, uint32_t psn);
   void CompleteFront(Qp& qp, objects::WcStatus status);
   void CheckTimers(Qp& qp, Clock::time_point now);
+  // Whether the device's sockets hold datagrams not yet handled (asked of
+  // the loop once per OnWork call, and only when a timer is due).
+  bool ReceiveBacklog();
+  // A transport timeout may be acted on now (the pacing of CheckTimers).
+  bool TakeTimeoutToken(Clock::time_point now);
+  // Puts the QP among those OnWork watches, for its timer or RNR wait.
+  void Activate(Qp& qp);
   // Moves the QP to ERR from the engine (retries exhausted, a NAK, a fatal
   // responder error): the failing WQE gets `status`, the rest are flushed.
   void FailQp(Qp& qp, objects::WcStatus status, const std::string& why);
@@ -392,6 +399,14 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
 
   std::mutex pending_mu_;
   std::vector<uint32_t> pending_;  // guarded by pending_mu_: QPs rung since the last OnWork
+  std::optional<bool> receive_backlog_;  // driving thread: ReceiveBacklog's answer in this OnWork
+  // Transport timeouts are paced per device (CheckTimers): a bucket of
+  // kTimeoutBurst, refilled by kTimeoutsPerMs each millisecond. A few QPs
+  // timing out never wait; 10,000 at once resend over about 0.6 s.
+  static constexpr int kTimeoutBurst = 64;
+  static constexpr int kTimeoutsPerMs = 16;
+  int timeout_tokens_ = kTimeoutBurst;
+  Clock::time_point timeout_tokens_at_{};
 
   struct QueuedMad {
     uint8_t port;
@@ -408,6 +423,11 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
 
   // Loop thread only.
   std::set<uint32_t> active_;      // QPs with requests in flight (timers)
+  // When OnWork next needs to look at active_: the earliest timer or RNR
+  // wait of its QPs (nullopt: none). Activate lowers it; OnWork skips the
+  // walk before then, so a post or a batch of datagrams costs the same with
+  // 10,000 QPs in flight as with one.
+  std::optional<Clock::time_point> scan_at_;
   std::vector<uint8_t> scratch_;   // payload gathering
   std::vector<uint8_t> packet_;    // packet building
   std::vector<uint32_t> mcast_members_;  // ReceiveMulticast: a group's QPs

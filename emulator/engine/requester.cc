@@ -87,7 +87,7 @@ void Engine::Progress(Qp& qp, Clock::time_point now) {
   MigrateIfPortDown(qp);
   if (qp.rnr_waiting) {
     if (now < qp.rnr_until) {
-      active_.insert(qp.qpn);
+      Activate(qp);
       return;
     }
     qp.rnr_waiting = false;
@@ -134,7 +134,7 @@ void Engine::Progress(Qp& qp, Clock::time_point now) {
            "a work request failed locally");
     return;
   }
-  if (!qp.inflight.empty()) active_.insert(qp.qpn);
+  if (!qp.inflight.empty()) Activate(qp);
   CheckDrained(qp);
 }
 
@@ -377,7 +377,7 @@ void Engine::RetransmitFrom(Qp& qp, uint32_t psn) {
     f.rerequested = false;
   }
   StartTimer(qp);
-  active_.insert(qp.qpn);
+  Activate(qp);
 }
 
 void Engine::Rerequest(Qp& qp, Inflight& f) {
@@ -390,7 +390,7 @@ void Engine::Rerequest(Qp& qp, Inflight& f) {
   f.rerequested = true;
   f.next_psn = f.first_psn;
   StartTimer(qp);
-  active_.insert(qp.qpn);
+  Activate(qp);
 }
 
 }  // namespace rdmaemu::engine

@@ -1,6 +1,7 @@
 #include "emulator/net/loop.h"
 
 #include <pthread.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -253,6 +254,16 @@ void LoopBase::MaybeWork(bool delivered, bool force) {
     Add(counters_.work_calls);
     deadline_ = handler_->OnWork(now);
   }
+}
+
+bool LoopBase::ReceivePending() const {
+  // FIONREAD on a UDP socket: the size of the first queued datagram, so any
+  // datagram but an empty one (never a RoCE packet) counts.
+  for (int fd : socket_fds()) {
+    int bytes = 0;
+    if (ioctl(fd, FIONREAD, &bytes) == 0 && bytes > 0) return true;
+  }
+  return false;
 }
 
 bool LoopBase::InLoopThread() const {

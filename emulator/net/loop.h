@@ -177,6 +177,11 @@ class Loop {
   // From the first socket.
   void Send(const sockaddr_in& to, std::span<const iovec> iov) { Send(0, to, iov); }
   virtual bool InLoopThread() const = 0;
+  // The driving thread (inside a LoopHandler call): true if a datagram has
+  // reached a socket of the device and the handler has not had it yet. A
+  // transport timer asks before it fires: the ACK it waits for may be in
+  // that backlog, which a NIC would have taken in long ago.
+  virtual bool ReceivePending() const = 0;
   virtual LoopStats stats() const = 0;
 
   // Any thread: receive on a multicast group's socket too (UdpSocket::

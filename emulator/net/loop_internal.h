@@ -157,6 +157,7 @@ class LoopBase : public Loop {
   bool Drive(bool receive) override;
   void Release() override;
   bool InLoopThread() const override;
+  bool ReceivePending() const override;
   LoopStats stats() const override;
   uint32_t AddGroupSocket(int owner, UdpSocket socket) override;
   void RemoveGroupSocket(uint32_t handle) override;

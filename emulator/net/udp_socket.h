@@ -35,7 +35,7 @@ inline constexpr uint32_t kAutoLastAddress = 0x7f0003ff;
 
 // Kernel buffer size asked for in each direction. As root SO_RCVBUFFORCE gets
 // it; otherwise the kernel caps it at net.core.rmem_max / wmem_max.
-inline constexpr int kDefaultSocketBufferBytes = 8 << 20;
+inline constexpr int kDefaultSocketBufferBytes = 32 << 20;
 
 struct UdpSocketOptions {
   // A dotted IPv4 address, or "auto".

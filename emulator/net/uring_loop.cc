@@ -207,6 +207,10 @@ class UringLoop final : public LoopBase {
   ~UringLoop() override { Stop(); }
 
   void Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos = 0) override;
+  // Also what the ring has received and the loop not yet reaped.
+  bool ReceivePending() const override {
+    return LoopBase::ReceivePending() || io_uring_cq_ready(&u_->ring) != 0;
+  }
 
  private:
   bool DriveReceive() override;
