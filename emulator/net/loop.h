@@ -13,8 +13,8 @@
 //   kEpoll  epoll_wait on the sockets and the doorbell eventfd, recvmmsg and
 //           sendmmsg batches.
 // kAuto picks io_uring and falls back to epoll where the kernel refuses it
-// (Docker's default seccomp profile, kernel.io_uring_disabled, a kernel older
-// than 6.0), saying so once in the log at info level.
+// (the default seccomp profile of Docker 25 and later, kernel.io_uring_disabled,
+// a kernel older than 6.0), saying so once in the log at info level.
 //
 // Driving (DESIGN.md, "The fast path"): an application thread may do a round
 // of the loop's work itself, without blocking, with Drive(): it receives
