@@ -14,7 +14,8 @@
 //   0x01 answer the manager: the message's Remote Comm ID (REP, REJ, MRA,
 //        RTU, DREQ, DREP) becomes the last Local Comm ID the manager sent,
 //        the TID that of the last MAD it sent, a SIDR_REP's Request ID its
-//        SIDR_REQ's; a REQ's or SIDR_REQ's destination IP becomes ours
+//        SIDR_REQ's, a DREQ's QPN its ids' QPN; a REQ's or SIDR_REQ's
+//        destination IP becomes ours
 //   0x02 then act as the program on the events it caused: accept a
 //        CONNECT_REQUEST, establish a CONNECT_RESPONSE, disconnect an
 //        ESTABLISHED or DISCONNECTED id
@@ -46,6 +47,7 @@ const uint32_t kPeerIp = htonl(0x7f000003);  // 127.0.0.3
 const uint32_t kOtherIp = htonl(0x7f000009);
 constexpr uint16_t kPort = 7471;       // ucmatose's and udaddy's
 constexpr uint16_t kRpingPort = 7174;
+constexpr uint32_t kQpn = 0x42;  // the QP of every id here
 
 [[noreturn]] void Fail(const char* what) {
   std::fprintf(stderr, "cm_mad_fuzzer: %s\n", what);
@@ -105,7 +107,7 @@ sockaddr_in Addr(uint32_t ip, uint16_t port) {
 
 rdmaemu_cm_param Param(uint8_t qp_type) {
   rdmaemu_cm_param p{};
-  p.qp_num = 0x42;
+  p.qp_num = kQpn;
   p.qkey = 0x01234567;
   p.starting_psn = 0x123456;
   p.qp_type = qp_type;
@@ -167,6 +169,10 @@ void Aim(std::span<uint8_t> mad) {
     case AttributeId::kLap:
     case AttributeId::kApr:
       return;
+    case AttributeId::kDreq:
+      // The receiver checks the QPN a DREQ names: every id here has kQpn.
+      DreqView(m).set_remote_qpn_eecn(kQpn);
+      [[fallthrough]];
     default:
       // Remote Comm ID is bytes 4-7 of every other message.
       rdmaemu::StoreBe32(m.data() + 4, record->last_comm_id);

@@ -37,7 +37,9 @@ mkdir -p "$corpus" "$artifacts"
 
 # The plain (gcc) build links the replay driver, not libFuzzer: say so
 # rather than "fuzzing" with it.
-if ! "$bin" -help=1 2>&1 | grep -q 'libFuzzer'; then
+# (The whole help read first: grep -q quitting early would SIGPIPE it.)
+help=$("$bin" -help=1 2>&1)
+if ! grep -q 'libFuzzer' <<<"$help"; then
   echo "fuzz: $name is not built with libFuzzer: build it with --config=fuzz (tools/fuzz does)" >&2
   exit 1
 fi
