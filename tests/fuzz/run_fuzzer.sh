@@ -29,7 +29,9 @@ name=$(basename "$bin")
 seconds=${RDMAEMU_FUZZ_SECONDS:-30}
 
 scratch=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/fuzz-$name.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
+failed=0
+# A failed run's scratch directory stays: it may hold the crashing input.
+trap '(( failed == 0 )) && rm -rf "$scratch"' EXIT
 corpus=${RDMAEMU_FUZZ_CORPUS:-$scratch/corpus}
 artifacts=${RDMAEMU_FUZZ_ARTIFACTS:-${TEST_UNDECLARED_OUTPUTS_DIR:-$scratch}/artifacts}
 log=${RDMAEMU_FUZZ_LOG:-$scratch/fuzz.log}
@@ -42,6 +44,12 @@ help=$("$bin" -help=1 2>&1)
 if ! grep -q 'libFuzzer' <<<"$help"; then
   echo "fuzz: $name is not built with libFuzzer: build it with --config=fuzz (tools/fuzz does)" >&2
   exit 1
+fi
+
+# Stacks with function names and lines: clang-14's own symbolizer (llvm-14),
+# which is not on PATH without Debian's unversioned llvm package.
+if [[ -z ${ASAN_SYMBOLIZER_PATH:-} && -x /usr/lib/llvm-14/bin/llvm-symbolizer ]]; then
+  export ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-14/bin/llvm-symbolizer
 fi
 
 seeds=0
@@ -76,7 +84,6 @@ timeouts=$(grep -c 'ERROR: libFuzzer: timeout' "$log")
 ooms=$(grep -c 'ERROR: libFuzzer: out-of-memory' "$log")
 found=$(find "$artifacts" -type f | wc -l)
 
-failed=0
 if (( status != 0 || crashes + leaks + timeouts + ooms + found > 0 )); then
   failed=1
   # The report itself: the first sanitizer or libFuzzer error and its stack.
