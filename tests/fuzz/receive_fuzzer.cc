@@ -1,9 +1,10 @@
 // Fuzz target: the engine's receive path, what any process that can send UDP
 // to the device's port reaches. One device is opened once, through the
-// public verbs API as a program would, with an RC, a UC and a UD QP in RTS
-// (the RC and UC ones connected to a peer address nobody else uses, the UD
-// one attached to a multicast group) and three registered regions (every
-// remote right, REMOTE_READ only, none). Before each input every QP is
+// public verbs API as a program would, with an RC, a UC, a UD and an XRC
+// target QP in RTS (the connected ones connected to a peer address nobody
+// else uses, the UD one attached to a multicast group, the XRC target with
+// an XRC SRQ in its domain) and three registered regions (every remote
+// right, REMOTE_READ only, none). Before each input every QP is
 // reset and brought back to RTS with the same PSNs, receives are posted,
 // and the RC QP has posted a READ, an atomic, a SEND and a WRITE, so
 // responses and ACKs find requests to answer. Then the input's datagrams go
@@ -17,8 +18,9 @@
 // it, land on this process's QPs and regions rather than on numbers that
 // only meant something in the captured run:
 //   0x01 recompute the ICRC for the addresses it is delivered with
-//   0x02 send it to this target's QP of the opcode's transport (RC, UC, UD;
-//        raw frames and QP1 keep theirs)
+//   0x02 send it to this target's QP of the opcode's transport (RC, UC, UD,
+//        XRC with the XRC SRQ's number in its XRCETH; raw frames and QP1
+//        keep theirs)
 //   0x04 the PSN is an offset from the QP's expected PSN (its rq_psn for a
 //        request, sq_psn for a response)
 //   0x08 a RETH's, AtomicETH's or IETH's R_Key picks one of the regions
@@ -105,6 +107,7 @@ class Target {
     rc_ = CreateQp(IBV_QPT_RC);
     uc_ = CreateQp(IBV_QPT_UC);
     ud_ = CreateQp(IBV_QPT_UD);
+    CreateXrc();
     ibv_gid mgid{};
     mgid.raw[10] = mgid.raw[11] = 0xff;
     std::memcpy(mgid.raw + 12, &group_ip_, 4);
@@ -163,6 +166,31 @@ class Target {
     return qp;
   }
 
+  void CreateXrc() {
+    ibv_xrcd_init_attr x{};
+    x.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+    x.fd = -1;
+    xrcd_ = ibv_open_xrcd(ctx_, &x);
+    if (xrcd_ == nullptr) Die("ibv_open_xrcd");
+    ibv_srq_init_attr_ex s{};
+    s.attr.max_wr = 16;
+    s.attr.max_sge = 2;
+    s.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ |
+                  IBV_SRQ_INIT_ATTR_PD;
+    s.srq_type = IBV_SRQT_XRC;
+    s.xrcd = xrcd_;
+    s.cq = cq_;
+    s.pd = pd_;
+    xsrq_ = ibv_create_srq_ex(ctx_, &s);
+    if (xsrq_ == nullptr || ibv_get_srq_num(xsrq_, &xsrq_num_) != 0) Die("XRC SRQ");
+    ibv_qp_init_attr_ex q{};
+    q.qp_type = IBV_QPT_XRC_RECV;
+    q.comp_mask = IBV_QP_INIT_ATTR_XRCD;
+    q.xrcd = xrcd_;
+    xrc_ = ibv_create_qp_ex(ctx_, &q);
+    if (xrc_ == nullptr) Die("XRC target QP");
+  }
+
   void Modify(ibv_qp* qp, ibv_qp_attr& a, int mask) {
     if (ibv_modify_qp(qp, &a, mask) != 0) Die("ibv_modify_qp");
   }
@@ -182,7 +210,7 @@ class Target {
       Modify(qp, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
     } else {
       a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                          (type == IBV_QPT_RC ? IBV_ACCESS_REMOTE_ATOMIC : 0);
+                          (type != IBV_QPT_UC ? IBV_ACCESS_REMOTE_ATOMIC : 0);
       Modify(qp, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
     }
     a = {};
@@ -198,7 +226,7 @@ class Target {
       a.ah_attr.grh.dgid.raw[10] = a.ah_attr.grh.dgid.raw[11] = 0xff;
       std::memcpy(a.ah_attr.grh.dgid.raw + 12, &peer_ip_, 4);
       mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-      if (type == IBV_QPT_RC) {
+      if (type != IBV_QPT_UC) {  // RC and the XRC target answer READs and atomics
         a.max_dest_rd_atomic = 4;
         a.min_rnr_timer = 1;
         mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
@@ -216,6 +244,9 @@ class Target {
       a.rnr_retry = 1;
       a.max_rd_atomic = 4;
       mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+    } else if (type == IBV_QPT_XRC_RECV) {
+      a.timeout = 0;
+      mask |= IBV_QP_TIMEOUT;
     }
     Modify(qp, a, mask);
   }
@@ -232,6 +263,20 @@ class Target {
       wr.num_sge = 2;
       ibv_recv_wr* bad = nullptr;
       if (ibv_post_recv(qp, &wr, &bad) != 0) Die("ibv_post_recv");
+    }
+  }
+
+  // The XRC SRQ outlives the resets: topped up, never past its size.
+  void PostXrcRecvs(int n) {
+    const Region& r = regions_[0];
+    for (int i = 0; i < n; ++i) {
+      ibv_sge sge{r.addr() + 4096, 1024, r.mr->lkey};
+      ibv_recv_wr wr{};
+      wr.wr_id = 200 + static_cast<uint64_t>(i);
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      ibv_recv_wr* bad = nullptr;
+      if (ibv_post_srq_recv(xsrq_, &wr, &bad) != 0) return;  // full
     }
   }
 
@@ -265,10 +310,12 @@ class Target {
     Connect(rc_, IBV_QPT_RC);
     Connect(uc_, IBV_QPT_UC);
     Connect(ud_, IBV_QPT_UD);
+    Connect(xrc_, IBV_QPT_XRC_RECV);
     Drain();
     PostRecvs(rc_, 4);
     PostRecvs(uc_, 4);
     PostRecvs(ud_, 4);
+    PostXrcRecvs(4);
     PostRcRequests();
     // Let the requests leave (and their PSNs be taken) before the input.
     engine_->InjectForTest({});
@@ -314,7 +361,14 @@ class Target {
         case wire::Transport::kRc: bth.set_dest_qpn(rc_->qp_num); break;
         case wire::Transport::kUc: bth.set_dest_qpn(uc_->qp_num); break;
         case wire::Transport::kUd: bth.set_dest_qpn(ud_->qp_num); break;
-        case wire::Transport::kXrc: break;
+        case wire::Transport::kXrc:
+          bth.set_dest_qpn(xrc_->qp_num);
+          if (p.Has(wire::kXrcethMask)) {
+            wire::XrcethView{std::span<uint8_t>(bytes).subspan(
+                                 static_cast<size_t>(p.xrceth().bytes().data() - bytes.data()))}
+                .set_srqn(xsrq_num_);
+          }
+          break;
       }
     }
     if (ctl & 0x04) {
@@ -355,6 +409,10 @@ class Target {
   ibv_qp* rc_ = nullptr;
   ibv_qp* uc_ = nullptr;
   ibv_qp* ud_ = nullptr;
+  ibv_xrcd* xrcd_ = nullptr;
+  ibv_srq* xsrq_ = nullptr;
+  uint32_t xsrq_num_ = 0;
+  ibv_qp* xrc_ = nullptr;
   std::vector<Region> regions_;
   std::shared_ptr<engine::Engine> engine_;
   uint32_t emu_ip_ = 0, peer_ip_ = 0, stranger_ip_ = 0, group_ip_ = 0;  // network order
