@@ -14,6 +14,7 @@
 #                         test's undeclared outputs, else the scratch dir)
 #   RDMAEMU_FUZZ_LOG      keep libFuzzer's whole output there (default: the
 #                         scratch dir; only its end is printed)
+#   RDMAEMU_FUZZ_RSS_MB   libFuzzer's -rss_limit_mb (default 2048)
 # The last line is the summary, e.g.
 #   fuzz: receive_fuzzer: 123456 runs in 30 s (4115/s), cov 2345, ft 6789,
 #   corpus 210 (47 seeds), peak RSS 310 MB: 0 crashes, 0 leaks, 0 timeouts, 0 OOMs
@@ -65,7 +66,8 @@ chmod -R u+w "$corpus"
 # -timeout: an input that takes 5 s is a hang (none takes a millisecond).
 # -rss_limit_mb: growth past 2 GiB is a leak that outlived an input.
 # -print_final_stats: the run counts parsed below.
-"$bin" -max_total_time="$seconds" -timeout=5 -rss_limit_mb=2048 -print_final_stats=1 \
+"$bin" -max_total_time="$seconds" -timeout=5 -rss_limit_mb="${RDMAEMU_FUZZ_RSS_MB:-2048}" \
+  -print_final_stats=1 \
   -artifact_prefix="$artifacts/" "$corpus" >"$log" 2>&1
 status=$?
 
