@@ -135,6 +135,12 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   void RemoveSrq(uint32_t srqn);
   std::shared_ptr<Srq> FindSrq(uint32_t srqn);
 
+  // Test seam (tests/fuzz:receive_fuzzer): `batch` goes through the receive
+  // path as if this device's sockets had received it, on the calling thread,
+  // followed by one round of work and the sends it queued; returns once done.
+  // Any thread holding no engine lock. False if the engine has stopped.
+  bool InjectForTest(std::span<const net::Datagram> batch) { return loop_->Inject(batch); }
+
   // net::LoopHandler
   void OnDatagrams(std::span<const net::Datagram> batch) override;
   std::optional<Clock::time_point> OnWork(Clock::time_point now) override;

@@ -473,7 +473,9 @@ Status ParseItem(std::string_view text, Item& item) {
     if (token.empty()) return InvalidArgument("an empty fault between commas");
     auto [key, value] = KeyValue(token);
     auto it = std::find_if(std::begin(kEffectKeys), std::end(kEffectKeys),
-                           [&](const EffectKey& k) { return k.name == key; });
+                           // Named in an init-capture: clang before 16 cannot
+                           // capture a structured binding (the fuzz build's clang-14).
+                           [&name = key](const EffectKey& k) { return k.name == name; });
     if (it == std::end(kEffectKeys)) {
       return InvalidArgument(fmt::format("unknown fault \"{}\" (known: {})", key, KnownEffects()));
     }
@@ -488,7 +490,7 @@ Status ParseItem(std::string_view text, Item& item) {
       if (token.empty()) return InvalidArgument("an empty filter between commas");
       auto [key, value] = KeyValue(token);
       auto it = std::find_if(std::begin(kFilterKeys), std::end(kFilterKeys),
-                             [&](const FilterKey& k) { return k.name == key; });
+                             [&name = key](const FilterKey& k) { return k.name == name; });
       if (it == std::end(kFilterKeys)) {
         return InvalidArgument(fmt::format("unknown filter \"{}\" (known: {})", key, KnownFilters()));
       }

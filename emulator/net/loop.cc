@@ -342,6 +342,29 @@ bool LoopBase::Drive(bool receive) {
   return true;
 }
 
+bool LoopBase::Inject(std::span<const Datagram> batch) {
+  if (driver_.load(std::memory_order_relaxed) == std::this_thread::get_id()) return false;
+  // A driver holds the lock for one bounded round and the loop thread lets
+  // go before it sleeps, so this wait is short.
+  while (loop_waiting_.load(std::memory_order_relaxed) || !drive_mu_.try_lock()) {
+    std::this_thread::yield();
+  }
+  if (stop_requested() || !running_.load(std::memory_order_relaxed)) {
+    drive_mu_.unlock();
+    return false;
+  }
+  driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  if (!batch.empty()) handler().OnDatagrams(batch);
+  MaybeWork(!batch.empty(), /*force=*/true);
+  DriveFlush();
+  const std::optional<Clock::time_point> next = NextWake();
+  const bool wake_loop = asleep_ && next && (!asleep_until_ || *next < *asleep_until_);
+  driver_.store(std::thread::id(), std::memory_order_relaxed);
+  drive_mu_.unlock();
+  if (wake_loop) Ring();
+  return true;
+}
+
 void LoopBase::Release() {
   if (app_drive_ns_.exchange(0, std::memory_order_relaxed) != 0) Ring();
 }

@@ -169,6 +169,13 @@ class Loop {
   // Any thread: the caller stops driving the receive side (it is about to
   // block): the loop thread watches the sockets again at once.
   virtual void Release() = 0;
+  // Test seam (the receive-path fuzz target, tests/fuzz): one round on the
+  // calling thread as Drive(false) does, with `batch` handed to the handler
+  // first as if the sockets had received it, so a test can push crafted
+  // datagrams through the handler synchronously and deterministically.
+  // Unlike Drive it waits for the thread driving to finish its round. False
+  // if the loop has stopped. Any thread not inside a LoopHandler call.
+  virtual bool Inject(std::span<const Datagram> batch) = 0;
   // Loop thread only: sends one datagram, gathered from `iov` (copied before
   // Send returns), with `tos` in its IP header (RoCE v2's traffic class).
   // Sends are queued and flushed together when the handler returns, or

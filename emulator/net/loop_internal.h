@@ -155,6 +155,7 @@ class LoopBase : public Loop {
   void Stop() override;
   void Ring() override;
   bool Drive(bool receive) override;
+  bool Inject(std::span<const Datagram> batch) override;
   void Release() override;
   bool InLoopThread() const override;
   bool ReceivePending() const override;
