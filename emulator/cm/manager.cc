@@ -7,13 +7,17 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <random>
 
 #include <fmt/format.h>
 
 #include "emulator/base/log.h"
+#include "emulator/device/hosts.h"
 
 namespace rdmaemu::cm {
+
+namespace hosts = device::hosts;
 
 namespace {
 
@@ -131,11 +135,15 @@ struct Manager::Id {
   int backlog = kMaxBacklog;
   int pending = 0;
   uint32_t listener = 0;
+  // The addresses (network order) where it is recorded as listening
+  // (RecordListenerLocked).
+  std::vector<uint32_t> listen_records;
 
   // The connection.
   uint32_t local_comm_id = 0;
   uint32_t remote_comm_id = 0;
   uint32_t peer_ip = 0;  // network order: where its MADs go
+  uint8_t peer_slot = 0;  // and which process there (device/hosts.h)
   uint32_t local_qpn = 0;
   uint32_t remote_qpn = 0;
   uint64_t tid = 0;  // of the request this id answers, or of its own
@@ -241,6 +249,7 @@ Manager::Id* Manager::FindByCommIdLocked(uint32_t local_comm_id) {
 
 void Manager::RemoveLocked(IdMap::iterator it) {
   Id& id = *it->second;
+  ForgetListenerLocked(id);
   if (id.listener != 0 && (id.state == State::kReqRcvd || id.state == State::kSidrReqRcvd)) {
     if (auto l = ids_.find(id.listener); l != ids_.end()) --l->second->pending;
   }
@@ -403,6 +412,10 @@ Status Manager::Listen(uint32_t num, int backlog) {
     id->reuseaddr = reuse;
     return s;
   }
+  if (Status s = RecordListenerLocked(*id); !s.ok()) {
+    id->reuseaddr = reuse;
+    return s;
+  }
   id->backlog = backlog <= 0 || backlog > kMaxBacklog ? kMaxBacklog : backlog;
   id->state = State::kListen;
   return Status::Ok();
@@ -423,8 +436,11 @@ Status Manager::Connect(uint32_t num, const sockaddr_in& dst, const rdmaemu_cm_p
   if (dev == devices_.end()) return Status::Error(ENODEV, "the id's device is closed");
   const DevicePort& dp = dev->second.ports[id->port - 1];
   const uint32_t src_ip = id->ip != 0 ? id->ip : dp.ip;
-  id->local_comm_id = ++comm_id_seed_ == 0 ? ++comm_id_seed_ : comm_id_seed_;
+  id->local_comm_id = NewCommIdLocked(id->device);
   id->peer_ip = dst.sin_addr.s_addr;
+  // A REQ names a service, not a process: where the destination's address
+  // is shared, the process recorded as listening there gets it.
+  id->peer_slot = hosts::ListenerSlot(dst.sin_addr, id->ps, ntohs(dst.sin_port));
   id->tid = (uint64_t{comm_id_seed_ * 2654435761u} << 32) | id->local_comm_id;
   id->local_qpn = p.qp_num;
   const IpHeader ip{id->local_port, src_ip, dst.sin_addr.s_addr};
@@ -673,16 +689,49 @@ void Manager::DeliverLocked(Id& id, int event, int status, const rdmaemu_cm_para
   deliver_(&e);
 }
 
-void Manager::SendToLocked(int device, uint8_t port, uint32_t dst_ip, const MadBytes& mad) {
+void Manager::SendToLocked(int device, uint8_t port, uint32_t dst_ip, uint8_t dst_slot, const MadBytes& mad) {
   auto d = devices_.find(device);
   if (d == devices_.end() || d->second.wire == nullptr) return;
-  d->second.wire->SendMad(port, dst_ip, 0, mad);
+  d->second.wire->SendMad(port, dst_ip, dst_slot, 0, mad);
 }
 
 void Manager::SendLocked(const Id& id, const MadBytes& mad) {
   auto d = devices_.find(id.device);
   if (d == devices_.end() || d->second.wire == nullptr) return;
-  d->second.wire->SendMad(id.port, id.peer_ip, id.tos, mad);
+  d->second.wire->SendMad(id.port, id.peer_ip, id.peer_slot, id.tos, mad);
+}
+
+uint32_t Manager::NewCommIdLocked(int device) {
+  uint8_t slot = 0;
+  if (auto d = devices_.find(device); d != devices_.end() && !d->second.ports.empty()) slot = d->second.ports[0].slot;
+  uint32_t index;
+  do {
+    index = ++comm_id_seed_ & hosts::kCommIdIndexMask;
+  } while (index == 0);
+  return (uint32_t{slot} << hosts::kCommIdSlotShift) | index;
+}
+
+Status Manager::RecordListenerLocked(Id& id) {
+  for (const auto& [index, dev] : devices_) {
+    if (id.device >= 0 && index != id.device) continue;
+    for (size_t p = 0; p < dev.ports.size(); ++p) {
+      const DevicePort& dp = dev.ports[p];
+      if (dp.slot == 0 || (id.device >= 0 && p + 1 != id.port) || (id.ip != 0 && id.ip != dp.ip)) continue;
+      if (Status s = hosts::Listen(in_addr{dp.ip}, id.ps, id.local_port, dp.slot); !s.ok()) {
+        ForgetListenerLocked(id);
+        return Status::Error(EADDRINUSE, fmt::format("port {} of port space {:#x} at {} is in use by another "
+                                                     "process at that address ({})",
+                                                     id.local_port, id.ps, Ip(dp.ip), s.message()));
+      }
+      id.listen_records.push_back(dp.ip);
+    }
+  }
+  return Status::Ok();
+}
+
+void Manager::ForgetListenerLocked(Id& id) {
+  for (uint32_t ip : id.listen_records) hosts::StopListening(in_addr{ip}, id.ps, id.local_port);
+  id.listen_records.clear();
 }
 
 void Manager::SendRetriedLocked(Id& id, MadBytes mad, Clock::duration interval) {
@@ -779,7 +828,8 @@ void Manager::OnReqLocked(int device, uint8_t port, uint32_t src_ip, uint64_t ti
   }
   auto reject = [&](uint16_t reason, std::string why) {
     RDMAEMU_WARN_LIMITED("cm: rejected a connection request from {}: {}", Ip(src_ip), why);
-    SendToLocked(device, port, src_ip, Encode(Rej{0, req->local_comm_id, 0, reason, {}}, tid));
+    SendToLocked(device, port, src_ip, hosts::SlotOfCommId(req->local_comm_id),
+                 Encode(Rej{0, req->local_comm_id, 0, reason, {}}, tid));
   };
   if ((req->service_id >> 32) != 0) {
     reject(kRejInvalidServiceId, fmt::format("service ID {:#x} is no rdma_cm port", req->service_id));
@@ -806,7 +856,8 @@ void Manager::OnReqLocked(int device, uint8_t port, uint32_t src_ip, uint64_t ti
     // Nobody listens: REJ at once, so the client gets REJECTED and not a
     // timeout (IBA 12.6.7: invalid service ID).
     Log().debug("cm: nobody listens on {}:{} (port space {:#x}): REJ", Ip(req->ip.dst_ip), lport, ps);
-    SendToLocked(device, port, src_ip, Encode(Rej{0, req->local_comm_id, 0, kRejInvalidServiceId, {}}, tid));
+    SendToLocked(device, port, src_ip, hosts::SlotOfCommId(req->local_comm_id),
+                 Encode(Rej{0, req->local_comm_id, 0, kRejInvalidServiceId, {}}, tid));
     return;
   }
   if (listener->pending >= listener->backlog) {
@@ -824,9 +875,10 @@ void Manager::OnReqLocked(int device, uint8_t port, uint32_t src_ip, uint64_t ti
   child->ip = req->ip.dst_ip;
   child->local_port = lport;
   child->listener = listener->num;
-  child->local_comm_id = ++comm_id_seed_ == 0 ? ++comm_id_seed_ : comm_id_seed_;
+  child->local_comm_id = NewCommIdLocked(device);
   child->remote_comm_id = req->local_comm_id;
   child->peer_ip = src_ip;
+  child->peer_slot = hosts::SlotOfCommId(req->local_comm_id);
   child->remote_qpn = req->qpn;
   child->tid = tid;
   child->local_ack_timeout = req->local_ack_timeout;
@@ -893,6 +945,7 @@ void Manager::OnRepLocked(uint32_t src_ip, uint64_t tid, std::span<const uint8_t
   if (id->state != State::kReqSent) return;  // a duplicate while the library decides
   StopRetryLocked(*id);
   id->remote_comm_id = rep.local_comm_id;
+  id->peer_slot = hosts::SlotOfCommId(rep.local_comm_id);
   // An XRC target's QPN is in the EECN field.
   id->remote_qpn = id->transport == TransportServiceType::kXrc ? rep.eecn : rep.qpn;
   id->state = State::kRepRcvd;
@@ -948,7 +1001,8 @@ void Manager::OnDreqLocked(int device, uint8_t port, uint32_t src_ip, uint64_t t
   if (id == nullptr || id->remote_comm_id != dreq.local_comm_id) {
     // A DREQ for a connection we no longer have still gets its DREP, so
     // the peer's retries end (the kernel's cm_dreq_handler does the same).
-    SendToLocked(device, port, src_ip, EncodeDrep({dreq.remote_comm_id, dreq.local_comm_id}, tid));
+    SendToLocked(device, port, src_ip, hosts::SlotOfCommId(dreq.local_comm_id),
+                 EncodeDrep({dreq.remote_comm_id, dreq.local_comm_id}, tid));
     return;
   }
   if (dreq.remote_qpn != id->local_qpn) {
@@ -1017,7 +1071,8 @@ void Manager::OnSidrReqLocked(int device, uint8_t port, uint32_t src_ip, uint64_
                      ? FindListenerLocked(ps, lport, req->ip.dst_ip, device)
                      : nullptr;
   if (listener == nullptr) {
-    SendToLocked(device, port, src_ip, Encode(SidrRep{req->request_id, kSidrUnsupported, 0, req->service_id, 0, {}}, tid));
+    SendToLocked(device, port, src_ip, hosts::SlotOfCommId(req->request_id),
+                 Encode(SidrRep{req->request_id, kSidrUnsupported, 0, req->service_id, 0, {}}, tid));
     return;
   }
   auto child = std::make_unique<Id>();
@@ -1031,6 +1086,7 @@ void Manager::OnSidrReqLocked(int device, uint8_t port, uint32_t src_ip, uint64_
   child->listener = listener->num;
   child->remote_comm_id = req->request_id;
   child->peer_ip = src_ip;
+  child->peer_slot = hosts::SlotOfCommId(req->request_id);
   child->tid = tid;
   ++listener->pending;
   rdmaemu_cm_event e{};
@@ -1111,6 +1167,24 @@ void Manager::OnTimeoutLocked(Id& id, Clock::time_point now) {
       DeliverLocked(id, RDMAEMU_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
       break;
   }
+}
+
+void Manager::PrepareFork() { mu_.lock(); }
+
+void Manager::AfterFork(bool child) {
+  if (child) {
+    // The parent's ids are the parent's connections: acting on them here
+    // would answer its peers twice. The timer thread and whatever waited
+    // on the condition variable do not exist in the child, so both objects
+    // are made anew in place (a joinable std::thread may not be assigned).
+    ids_.clear();
+    devices_.clear();
+    new (&timer_) std::thread();
+    new (&timer_cv_) std::condition_variable();
+    comm_id_seed_ ^= std::random_device{}();
+    if (deliver_ != nullptr) owner_pid_ = getpid();  // the atexit close is inherited
+  }
+  mu_.unlock();
 }
 
 void Manager::StartTimerLocked() {

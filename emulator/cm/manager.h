@@ -5,7 +5,9 @@
 // engine carries its MADs (Wire) and hands it what arrives on QP1 (OnMad).
 //
 // Each process is its own emulated host: its port spaces and listeners are
-// this process's, and a peer is found by the IP address of its device.
+// this process's, and a peer is found by the IP address of its device, and
+// where processes share an address, by the host slot its communication IDs
+// carry (device/hosts.h).
 //
 // Thread safety: every public function may be called from any thread. One
 // mutex guards everything; events are delivered (uapi.h's deliver function)
@@ -41,9 +43,10 @@ using Clock = std::chrono::steady_clock;
 class Wire {
  public:
   virtual ~Wire() = default;
-  // Sends one MAD from QP1 of `port` to QP1 at `dst_ip` (network order);
-  // any thread, never blocks. Loss is the retries' business.
-  virtual void SendMad(uint8_t port, uint32_t dst_ip, uint8_t traffic_class,
+  // Sends one MAD from QP1 of `port` to QP1 of host slot `dst_slot` at
+  // `dst_ip` (network order; device/hosts.h); any thread, never blocks.
+  // Loss is the retries' business.
+  virtual void SendMad(uint8_t port, uint32_t dst_ip, uint8_t dst_slot, uint8_t traffic_class,
                        std::span<const uint8_t> mad) = 0;
   // Waits (until `deadline` at most) for the MADs handed over so far to
   // leave; for a process about to end.
@@ -53,6 +56,7 @@ class Wire {
 struct DevicePort {
   uint32_t ip = 0;            // network order
   uint8_t path_mtu = 5;       // IB enum of the active MTU (5 = 4096)
+  uint8_t slot = 0;           // this process's host slot at `ip` (device/hosts.h)
 };
 
 // Timing, from the IBA's 4.096 us * 2^t encodings (cm_convert_to_ms in the
@@ -109,6 +113,12 @@ class Manager {
   // flushed. Does nothing in a forked child.
   void CloseForExit();
 
+  // fork(): a child is a new host, with no ids, no devices attached and no
+  // timer thread until it makes its own; its ids' communication IDs are
+  // drawn afresh. The engine's fork handler calls these, in its lock order.
+  void PrepareFork();
+  void AfterFork(bool child);
+
   // MADs dropped as malformed, hostile or for nobody (rdmaemu stats).
   uint64_t dropped() const;
   // Ids alive (tests).
@@ -149,7 +159,14 @@ class Manager {
   Id* FindListenerLocked(uint16_t ps, uint16_t port, uint32_t dst_ip, int device);
   void DeliverLocked(Id& id, int event, int status, const rdmaemu_cm_param* param = nullptr);
   void SendLocked(const Id& id, const MadBytes& mad);
-  void SendToLocked(int device, uint8_t port, uint32_t dst_ip, const MadBytes& mad);
+  void SendToLocked(int device, uint8_t port, uint32_t dst_ip, uint8_t dst_slot, const MadBytes& mad);
+  // A new communication ID for an id on `device`: its host slot in the top
+  // bits (device/hosts.h), never 0.
+  uint32_t NewCommIdLocked(int device);
+  // Records a listener at the addresses where this process is not slot 0,
+  // so that REQs for it find this process; and forgets it.
+  Status RecordListenerLocked(Id& id);
+  void ForgetListenerLocked(Id& id);
   // Sends the id's current request MAD and arms its retry timer.
   void SendRetriedLocked(Id& id, MadBytes mad, Clock::duration interval);
   void StopRetryLocked(Id& id);

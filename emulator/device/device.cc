@@ -17,6 +17,7 @@
 
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
+#include "emulator/device/hosts.h"
 #include "emulator/device/subnet.h"
 #include "emulator/net/udp_socket.h"
 
@@ -68,11 +69,6 @@ uint32_t RoceMtuFor(int link_mtu) {
   return 256;
 }
 
-// Two processes are two emulated hosts, so one address is one process's at
-// a time; a server that forks a child per connection (qperf) starts the
-// next child while the last may still be exiting.
-constexpr std::chrono::milliseconds kWaitForHeldAddress{3000};
-
 }  // namespace
 
 Device::Device(DeviceConfig config, int index)
@@ -81,6 +77,7 @@ Device::Device(DeviceConfig config, int index)
       node_guid_(Registry::GuidFor(config_.name, index)) {}
 
 Device::~Device() {
+  for (const auto& [address, slot] : slots_) hosts::Release(address, slot);
   for (const Port& p : ports_) {
     if (p.attr.link_layer == LinkLayer::kInfiniBand) subnet::Release(p.bound.sin_addr, p.attr.lid);
   }
@@ -92,12 +89,41 @@ Result<std::shared_ptr<Device>> Device::Open(const DeviceConfig& config, int ind
     const PortConfig& pc = config.ports[i];
     net::UdpSocketOptions options;
     if (pc.address) options.address = net::ToString(*pc.address);
-    options.wait_if_held = kWaitForHeldAddress;
     options.port = pc.udp_port;
     auto socket = net::UdpSocket::Open(options);
+    uint8_t slot = 0;
+    if (!socket.ok() && socket.status().code() == EADDRINUSE && pc.address) {
+      // Another process is at this address: this one shares it, as a
+      // second process on a real host does (hosts.h).
+      options.port = 0;
+      socket = net::UdpSocket::Open(options);
+      if (socket.ok()) {
+        auto claimed = hosts::Claim(*pc.address, ntohs(socket->address().sin_port));
+        if (!claimed.ok()) {
+          return Status::Error(claimed.status().code(), fmt::format("{} port {}: {} is held by another process, "
+                                                                    "and it cannot be shared: {}",
+                                                                    config.name, i + 1, net::ToString(*pc.address),
+                                                                    claimed.status().message()));
+        }
+        slot = *claimed;
+        dev->slots_.push_back({*pc.address, slot});
+        Log().info("{} port {}: {} is another process's too; this process is host slot {} there, on UDP port {}",
+                   config.name, i + 1, net::ToString(*pc.address), slot, ntohs(socket->address().sin_port));
+      }
+    }
     if (!socket.ok()) {
       return Status::Error(socket.status().code(),
                            fmt::format("{} port {}: {}", config.name, i + 1, socket.status().message()));
+    }
+    if (i == 0) {
+      dev->host_slot_ = slot;
+    } else if (slot != dev->host_slot_) {
+      // QPNs carry one slot, so every port of a device must be at it.
+      return Status::Error(EADDRINUSE, fmt::format("{} port {}: its address {} makes this process host slot {} there, "
+                                                   "but port 1's address makes it slot {}; a device's ports share "
+                                                   "one slot: give port {} an address no other process holds",
+                                                   config.name, i + 1, net::ToString(socket->address().sin_addr),
+                                                   slot, dev->host_slot_, i + 1));
     }
     Port port;
     port.bound = socket->address();
@@ -566,6 +592,17 @@ Status Registry::ClaimAddress(int index, in_addr address) {
   }
   port.address = address;
   return Status::Ok();
+}
+
+void Registry::PrepareFork() { mu_.lock(); }
+
+void Registry::AfterFork(bool child) {
+  // The parent's Device objects stay allocated in the child (its contexts
+  // may still point at them) but are forgotten here.
+  if (child) {
+    for (auto& weak : open_) weak.reset();
+  }
+  mu_.unlock();
 }
 
 std::vector<std::shared_ptr<Device>> Registry::OpenDevices() {

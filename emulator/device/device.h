@@ -110,6 +110,11 @@ class Device {
   // RDMAEMU_ADDRESS, or claimed by rdma_bind_addr) rather than the first
   // free one of 127.0.0.0/8, which differs from process to process.
   bool PortAddressFixed(int port) const { return config_.ports[port - 1].address.has_value(); }
+  // The UDP port peers of this address send to when they mean slot 0 (the
+  // configured one, 4791 by default), and this process's host slot at its
+  // addresses (hosts.h): 0 unless another process held the address first.
+  uint16_t ServicePort(int port) const { return config_.ports[port - 1].udp_port; }
+  uint8_t host_slot() const { return host_slot_; }
   // Where a LID-routed packet (InfiniBand link layer, no GRH) goes, in
   // network order: the port the emulated subnet knows by that LID
   // (subnet.h), or 0 when no port has it.
@@ -213,6 +218,8 @@ class Device {
   const DeviceConfig config_;
   const int index_;
   const uint64_t node_guid_;
+  uint8_t host_slot_ = 0;  // constant after Open
+  std::vector<std::pair<in_addr, uint8_t>> slots_;  // held (hosts.h), released when closed
   std::array<std::atomic<int>, 5> live_objects_{};  // by Limited
 
   mutable std::mutex mu_;
@@ -252,6 +259,13 @@ class Registry {
   Status ClaimAddress(int index, in_addr address);
   // The devices open in this process now, in configuration order.
   std::vector<std::shared_ptr<Device>> OpenDevices();
+
+  // fork(): a child is a new host. Its copy of the parent's devices (their
+  // sockets, their engine threads, which a fork does not copy) is not its
+  // own, so the next open there opens afresh. The engine's fork handler
+  // calls these, in its lock order.
+  void PrepareFork();
+  void AfterFork(bool child);
 
  private:
   std::mutex mu_;

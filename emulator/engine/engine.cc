@@ -1,6 +1,7 @@
 #include "emulator/engine/engine.h"
 
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "emulator/base/endian.h"
 #include "emulator/base/log.h"
 #include "emulator/capture/capture.h"
+#include "emulator/device/hosts.h"
 #include "emulator/engine/internal.h"
 #include "emulator/engine/rss.h"
 #include "emulator/engine/trace.h"
@@ -248,8 +250,9 @@ Result<std::shared_ptr<Engine>> Engine::Start(std::shared_ptr<device::Device> de
   for (int port = 1; port <= device->num_ports(); ++port) {
     auto socket = device->TakeSocket(port);
     if (!socket.ok()) return socket.status();
-    engine->endpoints_.push_back(
-        {ntohl(socket->address().sin_addr.s_addr), ntohs(socket->address().sin_port)});
+    engine->endpoints_.push_back({ntohl(socket->address().sin_addr.s_addr), ntohs(socket->address().sin_port),
+                                  device->host_slot() == 0 ? ntohs(socket->address().sin_port)
+                                                           : device->ServicePort(port)});
     where += fmt::format("{}port {} {}", port == 1 ? "" : ", ", port,
                          net::ToString(socket->address()));
     sockets.push_back(std::move(socket).value());
@@ -262,7 +265,7 @@ Result<std::shared_ptr<Engine>> Engine::Start(std::shared_ptr<device::Device> de
   engine->loop_->Start();
   std::vector<cm::DevicePort> cm_ports;
   for (int port = 1; port <= device->num_ports(); ++port) {
-    cm_ports.push_back({htonl(engine->endpoints_[port - 1].ip), IbMtuOf(device->ActiveMtu(port))});
+    cm_ports.push_back({htonl(engine->endpoints_[port - 1].ip), IbMtuOf(device->ActiveMtu(port)), device->host_slot()});
   }
   cm::Manager::Get().AttachDevice(device->index(), device->node_guid(), std::move(cm_ports), engine.get());
   Log().info("{}: engine running on {} ({})", engine->device_->name(), where,
@@ -273,8 +276,10 @@ Result<std::shared_ptr<Engine>> Engine::Start(std::shared_ptr<device::Device> de
 Result<uint32_t> Engine::AllocateQpn() {
   std::unique_lock lock(qps_mu_);
   for (int tries = 0; tries < (1 << 24); ++tries) {
-    uint32_t qpn = next_qpn_;
-    next_qpn_ = next_qpn_ >= 0xffffff ? 0x11 : next_qpn_ + 1;
+    // The host slot rides in bits 20-23, so a peer of a shared address
+    // finds this process by the QPN alone (hosts.h).
+    uint32_t qpn = next_qpn_ | (uint32_t{device_->host_slot()} << device::hosts::kQpnSlotShift);
+    next_qpn_ = next_qpn_ >= device::hosts::kQpnIndexMask ? 0x11 : next_qpn_ + 1;
     if (!qps_.contains(qpn) && !wqs_.contains(qpn)) return qpn;
   }
   return NoMemory("no free QP number");
@@ -354,7 +359,7 @@ Status Engine::AttachMcast(uint32_t qpn, uint8_t port, uint32_t group) {
       return NoMemory(fmt::format("{} groups are joined already (max_mcast_grp)", groups_.size()));
     }
     const Endpoint& at = endpoints_[port - 1];
-    auto socket = net::UdpSocket::OpenGroup(in_addr{group}, at.udp_port, in_addr{htonl(at.ip)});
+    auto socket = net::UdpSocket::OpenGroup(in_addr{group}, at.service_port, in_addr{htonl(at.ip)});
     if (!socket.ok()) return socket.status();
     const uint32_t handle = loop_->AddGroupSocket(port - 1, std::move(socket).value());
     groups_.emplace(std::pair{port, group}, Group{handle, {qpn}});
@@ -575,7 +580,8 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
 }
 
 void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather payload,
-                      uint32_t dst_ip, uint8_t port_override, std::optional<uint8_t> tos_override) {
+                      uint32_t dst_ip, uint8_t port_override, std::optional<uint8_t> tos_override,
+                      uint8_t gsi_slot) {
   if (device_->dead()) {
     Count(qp, &Counters::dropped_device_dead);
     return;
@@ -596,7 +602,20 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather 
   wire::PacketFields fields = fields_in;
   if (qp != nullptr) fields.bth.pkey = device_->PkeyAt(qp->attrs.port, qp->attrs.pkey_index);
   const Endpoint& from = endpoints_[port - 1];
-  wire::IcrcAddressing addr{from.ip, ntohl(dst_ip), from.udp_port, from.udp_port};
+  // Multicast goes to every process's group socket on the service port;
+  // a unicast packet to the process its destination QP (or, for a MAD,
+  // the CM's communication ID) names.
+  const bool multicast = (ntohl(dst_ip) >> 28) == 0xe;
+  const uint8_t dst_slot =
+      fields.bth.dest_qpn == cm::kGsiQpn ? gsi_slot : device::hosts::SlotOfQpn(fields.bth.dest_qpn);
+  const uint16_t dst_port = multicast ? from.service_port : DestinationPort(from, dst_ip, dst_slot);
+  if (dst_port == 0) {
+    Count(qp, &Counters::dropped_no_route);
+    RDMAEMU_WARN_LIMITED("{}: dropped a packet for QP {:#x} at {}: no process is host slot {} there (hosts.h)",
+                         device_->name(), fields.bth.dest_qpn, net::ToString(in_addr{dst_ip}), dst_slot);
+    return;
+  }
+  wire::IcrcAddressing addr{from.ip, ntohl(dst_ip), from.udp_port, dst_port};
   auto len = wire::BuildPacket(fields, payload, packet_, &addr);
   if (!len.ok()) {
     Log().error("cannot build a {} packet: {}", wire::InfoOf(fields.opcode).name, len.status().message());
@@ -605,7 +624,7 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather 
   sockaddr_in to{};
   to.sin_family = AF_INET;
   to.sin_addr.s_addr = dst_ip;
-  to.sin_port = htons(from.udp_port);
+  to.sin_port = htons(dst_port);
   // The QP counts what it transmitted; the port what crossed the socket
   // (SendNow), which fault rules may make more or less.
   if (qp != nullptr) {
@@ -636,6 +655,28 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather 
   faults_.Egress(meta, bytes, to, Clock::now(), *this);
 }
 
+uint16_t Engine::ArrivalPort(const net::Datagram& d) const {
+  // A group's datagrams arrive on the service port, which differs from
+  // the port's own at a host slot > 0.
+  const Endpoint& at = endpoints_[d.socket];
+  return (ntohl(d.dst.s_addr) >> 28) == 0xe ? at.service_port : at.udp_port;
+}
+
+uint16_t Engine::DestinationPort(const Endpoint& from, uint32_t dst_ip, uint8_t slot) {
+  if (slot == 0) return from.service_port;
+  // Looked up again after a second, so a slot whose process ended and
+  // another took is found within a retry or two.
+  constexpr auto kFresh = std::chrono::seconds(1);
+  const auto now = Clock::now();
+  std::lock_guard lock(slot_ports_mu_);
+  auto& [port, when] = slot_ports_[{dst_ip, slot}];
+  if (port == 0 || now - when > kFresh) {
+    port = device::hosts::PortOf(in_addr{dst_ip}, slot).value_or(0);
+    when = now;
+  }
+  return port;
+}
+
 void Engine::SendNow(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes, uint8_t tos) {
   if (port < 1 || port > endpoints_.size()) return;  // the injector keeps what Transmit gave it
   SendDatagram(port, to, bytes, tos);
@@ -660,9 +701,9 @@ void Engine::Counted(fault::FaultEvent what, uint8_t port, uint32_t local_qpn, u
   if (auto qp = FindQp(local_qpn)) CountOnQp(*qp, c, n);
 }
 
-void Engine::SendMad(uint8_t port, uint32_t dst_ip, uint8_t traffic_class,
+void Engine::SendMad(uint8_t port, uint32_t dst_ip, uint8_t dst_slot, uint8_t traffic_class,
                      std::span<const uint8_t> mad) {
-  QueuedMad q{port, dst_ip, traffic_class, {}};
+  QueuedMad q{port, dst_ip, dst_slot, traffic_class, {}};
   std::copy_n(mad.begin(), std::min(mad.size(), q.mad.size()), q.mad.begin());
   {
     std::lock_guard lock(mads_mu_);
@@ -709,7 +750,7 @@ void Engine::SendQueuedMads() {
     f.deth.qkey = cm::kGsiQkey;
     f.deth.src_qpn = cm::kGsiQpn;
     const std::span<const uint8_t> payload(q.mad);
-    Transmit(nullptr, f, wire::Gather(&payload, 1), q.dst_ip, q.port, q.traffic_class);
+    Transmit(nullptr, f, wire::Gather(&payload, 1), q.dst_ip, q.port, q.traffic_class, q.dst_slot);
   }
   if (!mads.empty()) {
     std::lock_guard lock(mads_mu_);
@@ -1061,7 +1102,7 @@ void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
     if (d.socket < 0 || static_cast<size_t>(d.socket) >= endpoints_.size()) continue;
     const uint8_t port = static_cast<uint8_t>(d.socket + 1);
     capture::Record({ntohl(d.src.sin_addr.s_addr), ntohl(d.dst.s_addr), ntohs(d.src.sin_port),
-                     endpoints_[d.socket].udp_port, d.tos},
+                     ArrivalPort(d), d.tos},
                     d.data);
     CountPort(port, &Counters::packets_received);
     CountPort(port, &Counters::bytes_received, d.data.size());
@@ -1108,7 +1149,7 @@ void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
     return;
   }
   wire::IcrcAddressing addr{ntohl(d.src.sin_addr.s_addr), ntohl(d.dst.s_addr),
-                            ntohs(d.src.sin_port), endpoints_[d.socket].udp_port};
+                            ntohs(d.src.sin_port), ArrivalPort(d)};
   if (Status s = wire::CheckIcrc(addr, d.data); !s.ok()) {
     CountPort(port, &Counters::dropped_icrc);
     RDMAEMU_LOG_LIMITED(spdlog::level::debug, "{}: dropped a packet from {}: {}", device_->name(),
@@ -1247,8 +1288,7 @@ void Engine::ReceiveUd(Qp& qp, const wire::PacketView& packet, const net::Datagr
 
 void Engine::ReceiveUdRss(Qp& qp, const wire::PacketView& packet, const net::Datagram& d) {
   const uint32_t hash = RxHash(qp.rx_hash.key, qp.rx_hash.fields, ntohl(d.src.sin_addr.s_addr),
-                               ntohl(d.dst.s_addr), ntohs(d.src.sin_port),
-                               endpoints_[d.socket].udp_port);
+                               ntohl(d.dst.s_addr), ntohs(d.src.sin_port), ArrivalPort(d));
   const auto& entries = qp.rss->entries;
   Wq& wq = *entries[hash & (entries.size() - 1)];
   std::lock_guard lock(wq.mu);
@@ -1370,10 +1410,31 @@ struct Engines {
   std::mutex mu;
   std::unordered_map<int, std::weak_ptr<Engine>> by_index;  // guarded by mu
 };
+Engines& RunningEngines();
+
+// A fork child is a new host (device::Registry::PrepareFork): it forgets
+// the parent's engines, devices and CM state, taking the locks first in
+// the order AcquireEngine nests them.
+void PrepareFork() {
+  RunningEngines().mu.lock();
+  device::Registry::Get().PrepareFork();
+  cm::Manager::Get().PrepareFork();
+}
+void AfterFork(bool child) {
+  cm::Manager::Get().AfterFork(child);
+  device::Registry::Get().AfterFork(child);
+  if (child) RunningEngines().by_index.clear();
+  RunningEngines().mu.unlock();
+}
+
 Engines& RunningEngines() {
   // Never destroyed, as the logger: engine threads outlive exit()'s static
   // destructors when a program exits with devices open.
-  static Engines* engines = new Engines();
+  static Engines* engines = [] {
+    auto* e = new Engines();
+    ::pthread_atfork(PrepareFork, [] { AfterFork(false); }, [] { AfterFork(true); });
+    return e;
+  }();
   return *engines;
 }
 

@@ -150,7 +150,7 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
 
   // cm::Wire: queues a MAD for the loop thread, which sends it from QP1
   // (SendQueuedMads) like any UD packet: through fault rules and capture.
-  void SendMad(uint8_t port, uint32_t dst_ip, uint8_t traffic_class,
+  void SendMad(uint8_t port, uint32_t dst_ip, uint8_t dst_slot, uint8_t traffic_class,
                std::span<const uint8_t> mad) override;
   void Flush(std::chrono::steady_clock::time_point deadline) override;
   void SendQueuedMads();
@@ -203,8 +203,10 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // `port` 0: the QP's port (port 1 without a QP).
   // `tos`: the IP header's TOS byte (the GRH's traffic class); by default
   // the QP's current path's.
+  // The destination's host slot (hosts.h) is its QPN's, or `gsi_slot` for
+  // QP1, which every process has.
   void Transmit(Qp* qp, const wire::PacketFields& fields, wire::Gather payload, uint32_t dst_ip,
-                uint8_t port = 0, std::optional<uint8_t> tos = std::nullopt);
+                uint8_t port = 0, std::optional<uint8_t> tos = std::nullopt, uint8_t gsi_slot = 0);
   // fault::PacketSink. SendNow takes a packet past the fault rules to the
   // socket of `port` (through SendDatagram, counted on the port); Deliver
   // processes a received datagram past them through ReceiveDatagram (its
@@ -373,15 +375,27 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // Port p's socket is the loop's socket p-1. Constant after Start.
   struct Endpoint {
     uint32_t ip = 0;        // host order
-    uint16_t udp_port = 0;  // host order
+    uint16_t udp_port = 0;  // host order: the port bound (ephemeral at a host slot > 0)
+    uint16_t service_port = 0;  // host order: where slot 0 of an address receives (4791)
   };
+  // The UDP port that reaches slot `slot` at `dst_ip` (network order):
+  // slot 0's service port, else the slot's record (hosts.h), looked up
+  // at most once a second per slot; 0 when no process holds it.
+  uint16_t DestinationPort(const Endpoint& from, uint32_t dst_ip, uint8_t slot);
+  // The UDP port datagram `d` was sent to (host order).
+  uint16_t ArrivalPort(const net::Datagram& d) const;
   std::vector<Endpoint> endpoints_;
   Counters ports_[2];  // per port; a device has at most 2
   fault::Injector faults_;
 
   std::shared_mutex qps_mu_;
   std::unordered_map<uint32_t, std::shared_ptr<Qp>> qps_;  // guarded by qps_mu_
-  uint32_t next_qpn_ = 0x11;                                // guarded by qps_mu_
+  uint32_t next_qpn_ = 0x11;                                // guarded by qps_mu_; below 2^20 (hosts.h)
+
+  // DestinationPort's cache of other processes' slots: (address, slot) →
+  // (port, when looked up).
+  std::mutex slot_ports_mu_;
+  std::map<std::pair<uint32_t, uint8_t>, std::pair<uint16_t, Clock::time_point>> slot_ports_;  // guarded by slot_ports_mu_
 
   std::unordered_map<uint32_t, std::shared_ptr<Wq>> wqs_;  // guarded by qps_mu_
   std::unordered_map<uint32_t, std::shared_ptr<Srq>> srqs_;  // guarded by qps_mu_: XRC SRQs
@@ -417,6 +431,7 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   struct QueuedMad {
     uint8_t port;
     uint32_t dst_ip;  // network order
+    uint8_t dst_slot;  // the process at dst_ip (hosts.h)
     uint8_t traffic_class;
     cm::MadBytes mad;
   };

@@ -48,7 +48,7 @@ Result<uint64_t> Engine::AddFlow(flow::Rule rule) {
                                   [&](const flow::Rule& r) { return r.port == rule.port; });
   if (first && !segment_joined_[p]) {
     const Endpoint& at = endpoints_[p];
-    auto socket = net::UdpSocket::OpenGroup(in_addr{htonl(raw_segment_)}, at.udp_port,
+    auto socket = net::UdpSocket::OpenGroup(in_addr{htonl(raw_segment_)}, at.service_port,
                                             in_addr{htonl(at.ip)});
     if (!socket.ok()) {
       // Frames to the port's own MAC still arrive on its socket: the rule
@@ -124,7 +124,7 @@ void Engine::ExecuteRawSend(Qp& qp, const SendWqe& wqe) {
   sockaddr_in to{};
   to.sin_family = AF_INET;
   to.sin_addr.s_addr = htonl(owner != 0 ? owner : raw_segment_);
-  to.sin_port = htons(endpoints_[port - 1].udp_port);
+  to.sin_port = htons(endpoints_[port - 1].service_port);
   wire::EncapsulateFrame(scratch_, raw_datagram_);
   if (DebugOn()) {
     Log().debug("{} qp#{} WR {} raw frame of {} bytes to {:02x} → {}", device_->name(), qp.qpn,

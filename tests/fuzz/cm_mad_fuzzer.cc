@@ -82,7 +82,7 @@ uint64_t Deliver(const rdmaemu_cm_event* e) {
 
 class FakeWire : public Wire {
  public:
-  void SendMad(uint8_t, uint32_t, uint8_t, std::span<const uint8_t> mad) override {
+  void SendMad(uint8_t, uint32_t, uint8_t, uint8_t, std::span<const uint8_t> mad) override {
     auto kind = CheckMad(mad);
     if (!kind.ok()) Fail("the manager sent a MAD CheckMad refuses");
     const std::span<const uint8_t> m = MessageBytes(mad);

@@ -46,7 +46,7 @@ class Net {
   class Link : public Wire {
    public:
     Link(Net* net, uint32_t ip) : net_(net), ip_(ip) {}
-    void SendMad(uint8_t, uint32_t dst_ip, uint8_t, std::span<const uint8_t> mad) override {
+    void SendMad(uint8_t, uint32_t dst_ip, uint8_t, uint8_t, std::span<const uint8_t> mad) override {
       Mad m{ip_, dst_ip, {}};
       std::memcpy(m.bytes.data(), mad.data(), m.bytes.size());
       std::lock_guard lock(net_->mu);
