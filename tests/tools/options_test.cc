@@ -48,6 +48,22 @@ TEST(ParseArgs, CheckTakesItsValueOnlyInline) {
   EXPECT_NE(FormatOptions(kRunOptions).find("--check[=MODE]"), std::string::npos);
 }
 
+// --no-sysfs is a flag: no value, and the next word is an operand. Only
+// run has it.
+TEST(ParseArgs, FlagTakesNoValue) {
+  ParsedArgs p = ParseArgs(std::vector<std::string>{"--no-sysfs", "prog", "x"}, kRunOptions);
+  ASSERT_EQ(p.error, "");
+  EXPECT_EQ(p.Get("no-sysfs"), "");
+  EXPECT_EQ(p.operands, (std::vector<std::string>{"prog", "x"}));
+  EXPECT_EQ(CheckEnvironmentOptions(p), "");
+  EXPECT_EQ(ParseArgs(std::vector<std::string>{"prog"}, kRunOptions).Get("no-sysfs"), std::nullopt);
+  EXPECT_EQ(ParseArgs(std::vector<std::string>{"--no-sysfs=yes", "prog"}, kRunOptions).error,
+            "option '--no-sysfs' takes no value");
+  EXPECT_EQ(Parse({"--no-sysfs", "prog"}).error, "unknown option '--no-sysfs'");
+  const std::string help = FormatOptions(kRunOptions);
+  EXPECT_NE(help.find("  --no-sysfs "), std::string::npos) << help;
+}
+
 TEST(ParseArgs, OperandsStartAtFirstNonOption) {
   ParsedArgs p = Parse({"--log", "info", "prog", "--help"});
   ASSERT_EQ(p.error, "");

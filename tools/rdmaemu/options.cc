@@ -54,7 +54,13 @@ ParsedArgs ParseArgs(std::span<const std::string> args, std::span<const OptionSp
       return out;
     }
     std::string value;
-    if (inline_value) {
+    if (spec->metavar.empty()) {
+      // A flag: present or not. Its value is the empty string.
+      if (inline_value) {
+        out.error = fmt::format("option '--{}' takes no value", name);
+        return out;
+      }
+    } else if (inline_value) {
       value = std::string(*inline_value);
     } else if (!spec->implicit.empty()) {
       value = std::string(spec->implicit);
@@ -144,6 +150,8 @@ const std::vector<OptionSpec> kRunOptions = [] {
                      "warn"});
   options.push_back({"check-report", "FILE",
                      "also write the checker's reports to FILE as JSON lines  [RDMAEMU_CHECK_REPORT]"});
+  options.push_back({"no-sysfs", "",
+                     "do not show PROGRAM the devices under /sys/class/infiniband (docs/sysfs.md)"});
   return options;
 }();
 
@@ -195,8 +203,9 @@ void ExportEnvironment(const ParsedArgs& args) {
 std::string FormatOptions(std::span<const OptionSpec> specs) {
   std::string out;
   for (const auto& s : specs) {
-    std::string left = s.implicit.empty() ? fmt::format("--{} {}", s.name, s.metavar)
-                                          : fmt::format("--{}[={}]", s.name, s.metavar);
+    std::string left = s.metavar.empty()    ? fmt::format("--{}", s.name)
+                       : s.implicit.empty() ? fmt::format("--{} {}", s.name, s.metavar)
+                                            : fmt::format("--{}[={}]", s.name, s.metavar);
     out += fmt::format("  {:<20} {}\n", left, s.help);
   }
   out += fmt::format("  {:<20} {}\n", "-h, --help", "show this help and exit");

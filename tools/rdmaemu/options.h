@@ -22,7 +22,7 @@ inline constexpr int kExitNotFound = 127;
 
 struct OptionSpec {
   std::string_view name;     // without the leading "--"
-  std::string_view metavar;  // every option takes one value
+  std::string_view metavar;  // the value's name; empty: a flag, which takes none
   std::string_view help;
   // Non-empty: the value is optional, given only as --name=VALUE, and bare
   // --name means this one (--check is --check=warn).
@@ -56,7 +56,7 @@ std::string CheckCheckMode(std::string_view value);
 // The options `run` and `devices` share, and the environment they set.
 extern const std::vector<OptionSpec> kEnvironmentOptions;
 
-// kEnvironmentOptions and the verbs checker's, which only `run` has.
+// kEnvironmentOptions, the verbs checker's and --no-sysfs, which only `run` has.
 extern const std::vector<OptionSpec> kRunOptions;
 
 // Checks every option of kRunOptions present in `args`; returns the

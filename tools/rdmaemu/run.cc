@@ -1,6 +1,7 @@
 // `rdmaemu run [OPTIONS] -- PROGRAM [ARGS...]`: execs PROGRAM with the built
-// libibverbs.so.1 (and librdmacm.so.1 beside it) first on LD_LIBRARY_PATH and
-// the RDMAEMU_* variables set.
+// libibverbs.so.1 (and librdmacm.so.1 beside it) first on LD_LIBRARY_PATH,
+// the RDMAEMU_* variables set, and (unless --no-sysfs) a mount namespace
+// whose /sys/class/infiniband shows the emulated devices (sysfs_view.h).
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +15,7 @@
 #include "tools/rdmaemu/commands.h"
 #include "tools/rdmaemu/locate.h"
 #include "tools/rdmaemu/options.h"
+#include "tools/rdmaemu/sysfs_view.h"
 
 namespace rdmaemu::cli {
 namespace {
@@ -55,6 +57,12 @@ std::string RunHelp() {
          "With the checker on, the librdmaemu_interpose.so beside it is added to\n"
          "LD_PRELOAD, to check free, realloc and munmap of registered memory.\n"
          "\n"
+         "PROGRAM sees the emulated devices under /sys/class/infiniband, as the kernel\n"
+         "shows real ones (node_guid, ports/N/state, link_layer, gids/0, the netdev in\n"
+         "DEV/device/net/, ...), in a mount namespace of its own: a user namespace too\n"
+         "unless run as root. Where the kernel allows neither, one warning says so and\n"
+         "PROGRAM runs without it. --no-sysfs leaves /sys as it is (docs/sysfs.md).\n"
+         "\n"
          "Examples:\n"
          "  rdmaemu run -- ibv_devinfo -v\n"
          "  rdmaemu run --log debug --config devices.conf -- ./my_prog --size 4096\n"
@@ -85,6 +93,10 @@ int RunMain(std::span<const std::string> args, const char* argv0) {
   ::setenv("LD_LIBRARY_PATH", path.c_str(), 1);
   ExportEnvironment(parsed);
   PreloadInterposer(lib.dir);
+  // Last before exec: the namespace is this process's, and so PROGRAM's.
+  if (!parsed.Get("no-sysfs")) {
+    for (const auto& w : EnterSysfsView(lib.path, parsed.operands[0])) PrintError("run", w);
+  }
 
   std::vector<char*> argv;
   for (const auto& a : parsed.operands) argv.push_back(const_cast<char*>(a.c_str()));
