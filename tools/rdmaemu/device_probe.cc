@@ -301,9 +301,18 @@ DeviceProbe ProbeDevices(const std::string& library_path) {
     }
   }
   ::close(fds[0]);
-  if (!complete) ::kill(child, SIGKILL);
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  // The child exits once it has written; a child stuck in its exit handlers
+  // must not hold up the program either.
+  bool exited = false;
+  while (complete && !exited && std::chrono::steady_clock::now() < deadline) {
+    pid_t rc = ::waitpid(child, nullptr, WNOHANG);
+    exited = rc == child || (rc < 0 && errno != EINTR);
+    if (!exited) ::usleep(1000);
+  }
+  if (!exited) {
+    ::kill(child, SIGKILL);
+    while (::waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+    }
   }
   if (!complete) {
     out.error = std::chrono::steady_clock::now() >= deadline

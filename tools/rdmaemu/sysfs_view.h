@@ -10,8 +10,9 @@
 // - anyone else: unshare(CLONE_NEWUSER | CLONE_NEWNS), with its own uid and
 //   gid mapped to themselves (setgroups denied, as the kernel requires for
 //   an unprivileged gid map). The program keeps its uid and gid; what it
-//   loses is setgroups(2), and files of other users show as owned by
-//   nobody (65534), their access unchanged.
+//   loses is setgroups(2) and what set-user-ID programs give (root is not
+//   mapped: sudo runs without it), and files of other users show as owned
+//   by nobody (65534), their access unchanged.
 // Then / is made recursively private, so nothing mounted here reaches the
 // rest of the system (nor do mounts made elsewhere later reach the
 // program). With a /sys/class/infiniband (a machine with RDMA devices) the
