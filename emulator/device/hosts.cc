@@ -70,11 +70,13 @@ Status CreateExclusive(const std::string& name, unsigned value) {
     if (::link(tmp.c_str(), PathOf(name).c_str()) == 0) break;
     const int err = errno;
     if (err == EEXIST && attempt == 0) {
-      if (auto holder = Read(name); holder && holder->pid != ::getpid()) {
+      // This process's own record is held too: two devices of one process
+      // at one address are two slots.
+      if (auto holder = Read(name)) {
         result = Status::Error(EADDRINUSE, fmt::format("{} is held by process {}", name, holder->pid));
         break;
       }
-      ::unlink(PathOf(name).c_str());  // a dead process's (or our own stale) record
+      ::unlink(PathOf(name).c_str());  // a dead process's record
       continue;
     }
     result = Status::Error(err == EEXIST ? EADDRINUSE : EIO,

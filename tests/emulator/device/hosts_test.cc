@@ -1,0 +1,154 @@
+// Tests of the host slots of shared addresses (emulator/device/hosts.h) and
+// of Device::Open at an address another holder has.
+#include "emulator/device/hosts.h"
+
+#include <arpa/inet.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "emulator/device/device.h"
+
+namespace rdmaemu::device {
+namespace {
+
+using ::testing::HasSubstr;
+
+class HostsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/hosts-" + std::to_string(::getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    ::setenv("RDMAEMU_SUBNET_DIR", dir_.c_str(), 1);
+    // An address of 127/8 no other test uses at once.
+    std::random_device rd;
+    address_.s_addr = htonl(0x7f000000u | (200u << 16) | (rd() & 0xfffe) | 1);
+  }
+  void TearDown() override { ::unsetenv("RDMAEMU_SUBNET_DIR"); }
+
+  // A record as another process would have written it.
+  void WriteRecord(const std::string& name, unsigned value, pid_t pid) {
+    ::mkdir(dir_.c_str(), 0700);
+    std::ofstream(dir_ + "/" + name) << value << ' ' << pid << '\n';
+  }
+  std::string Text() const {
+    char t[INET_ADDRSTRLEN];
+    ::inet_ntop(AF_INET, &address_, t, sizeof t);
+    return t;
+  }
+  static pid_t DeadPid() {
+    const pid_t child = ::fork();
+    if (child == 0) ::_exit(0);
+    ::waitpid(child, nullptr, 0);
+    return child;
+  }
+
+  std::string dir_;
+  in_addr address_{};
+};
+
+TEST_F(HostsTest, IdentifiersCarryTheSlot) {
+  EXPECT_EQ(hosts::SlotOfQpn(0x000011), 0);
+  EXPECT_EQ(hosts::SlotOfQpn(0x300011), 3);
+  EXPECT_EQ(hosts::SlotOfQpn(0xf00001), 15);
+  EXPECT_EQ(hosts::SlotOfCommId(0x12345678), 1);
+  EXPECT_EQ(hosts::SlotOfCommId(0x02345678), 0);
+}
+
+TEST_F(HostsTest, ClaimsAreDistinctAndRecordThePort) {
+  auto first = hosts::Claim(address_, 40001);
+  auto second = hosts::Claim(address_, 40002);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  EXPECT_EQ(*first, 1);
+  EXPECT_EQ(*second, 2) << "one process's two devices at one address are two slots";
+  EXPECT_EQ(hosts::PortOf(address_, 1), 40001);
+  EXPECT_EQ(hosts::PortOf(address_, 2), 40002);
+  EXPECT_EQ(hosts::PortOf(address_, 3), std::nullopt);
+  hosts::Release(address_, 1);
+  EXPECT_EQ(hosts::PortOf(address_, 1), std::nullopt);
+  auto again = hosts::Claim(address_, 40003);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, 1) << "a released slot is free again";
+}
+
+TEST_F(HostsTest, ADeadProcesssSlotIsIgnoredAndTaken) {
+  const pid_t dead = DeadPid();
+  WriteRecord("slot-" + Text() + "-1", 41000, dead);
+  EXPECT_EQ(hosts::PortOf(address_, 1), std::nullopt);
+  auto slot = hosts::Claim(address_, 41001);
+  ASSERT_TRUE(slot.ok());
+  EXPECT_EQ(*slot, 1);
+  EXPECT_EQ(hosts::PortOf(address_, 1), 41001);
+}
+
+TEST_F(HostsTest, ALiveProcesssSlotIsKept) {
+  WriteRecord("slot-" + Text() + "-1", 41000, 1);  // init: always alive
+  auto slot = hosts::Claim(address_, 41001);
+  ASSERT_TRUE(slot.ok());
+  EXPECT_EQ(*slot, 2);
+  EXPECT_EQ(hosts::PortOf(address_, 1), 41000);
+  hosts::Release(address_, 1);
+  EXPECT_EQ(hosts::PortOf(address_, 1), 41000) << "only the holder releases";
+}
+
+TEST_F(HostsTest, FifteenSlotsThenEaddrinuse) {
+  for (int i = 1; i < hosts::kSlots; ++i) ASSERT_TRUE(hosts::Claim(address_, 42000 + i).ok()) << i;
+  auto none = hosts::Claim(address_, 42999);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), EADDRINUSE);
+  EXPECT_THAT(none.status().message(), HasSubstr(Text()));
+}
+
+TEST_F(HostsTest, ListenerRecords) {
+  EXPECT_EQ(hosts::ListenerSlot(address_, 0x106, 7471), 0) << "nobody recorded: slot 0's";
+  ASSERT_TRUE(hosts::Listen(address_, 0x106, 7471, 3).ok());
+  EXPECT_EQ(hosts::ListenerSlot(address_, 0x106, 7471), 3);
+  EXPECT_EQ(hosts::ListenerSlot(address_, 0x111, 7471), 0) << "another port space";
+  EXPECT_EQ(hosts::ListenerSlot(address_, 0x106, 7472), 0) << "another port";
+  Status twice = hosts::Listen(address_, 0x106, 7471, 4);
+  EXPECT_EQ(twice.code(), EADDRINUSE);
+  hosts::StopListening(address_, 0x106, 7471);
+  EXPECT_EQ(hosts::ListenerSlot(address_, 0x106, 7471), 0);
+
+  WriteRecord("listen-" + Text() + "-262-9000", 5, 1);  // another live process's
+  EXPECT_EQ(hosts::ListenerSlot(address_, 0x106, 9000), 5);
+  EXPECT_EQ(hosts::Listen(address_, 0x106, 9000, 2).code(), EADDRINUSE);
+  WriteRecord("listen-" + Text() + "-262-9001", 5, DeadPid());
+  EXPECT_EQ(hosts::ListenerSlot(address_, 0x106, 9001), 0) << "a dead listener is nobody";
+  EXPECT_TRUE(hosts::Listen(address_, 0x106, 9001, 2).ok());
+  EXPECT_EQ(hosts::ListenerSlot(address_, 0x106, 9001), 2);
+}
+
+// Two devices given one address: the second shares it at slot 1, on an
+// ephemeral port, and gives the slot back when it closes.
+TEST_F(HostsTest, ASecondDeviceAtAnAddressTakesASlot) {
+  DeviceConfig c{"shared", {PortConfig{}}};
+  c.ports[0].address = address_;
+  c.ports[0].udp_port = 24793;
+  auto first = Device::Open(c, 0);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  EXPECT_EQ((*first)->host_slot(), 0);
+  EXPECT_EQ(ntohs((*first)->PortAddress(1).sin_port), 24793);
+  auto second = Device::Open(c, 1);
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  EXPECT_EQ((*second)->host_slot(), 1);
+  const uint16_t port = ntohs((*second)->PortAddress(1).sin_port);
+  EXPECT_NE(port, 24793);
+  EXPECT_EQ((*second)->ServicePort(1), 24793) << "peers of slot 0 are still reached on the service port";
+  EXPECT_EQ((*second)->PortAddress(1).sin_addr.s_addr, address_.s_addr);
+  EXPECT_EQ(hosts::PortOf(address_, 1), port);
+  second->reset();
+  EXPECT_EQ(hosts::PortOf(address_, 1), std::nullopt);
+}
+
+}  // namespace
+}  // namespace rdmaemu::device
