@@ -184,7 +184,12 @@ void Manager::AttachDevice(int index, uint64_t node_guid, std::vector<DevicePort
 }
 
 void Manager::DetachDevice(int index) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
+  // A command's flush may be using the device's wire (FlushOnReturn).
+  flushed_cv_.wait(lock, [&] {
+    auto d = devices_.find(index);
+    return d == devices_.end() || d->second.flushing == 0;
+  });
   devices_.erase(index);
 }
 
@@ -257,9 +262,11 @@ void Manager::RemoveLocked(IdMap::iterator it) {
 }
 
 Status Manager::DestroyId(uint32_t num) {
+  FlushOnReturn flush(*this);
   std::lock_guard lock(mu_);
   auto it = ids_.find(num);
   if (it == ids_.end() || it->second->detached) return NotFound(fmt::format("cm id {} does not exist", num));
+  flush.device = it->second->device;
   DestroyLocked(it, /*process_ends=*/false);
   return Status::Ok();
 }
@@ -316,6 +323,24 @@ void Manager::DestroyLocked(IdMap::iterator it, bool process_ends) {
       break;
   }
   RemoveLocked(it);
+}
+
+Manager::FlushOnReturn::~FlushOnReturn() {
+  if (device < 0) return;
+  Wire* wire = nullptr;
+  {
+    std::lock_guard lock(manager.mu_);
+    auto d = manager.devices_.find(device);
+    if (d == manager.devices_.end() || d->second.wire == nullptr) return;
+    wire = d->second.wire;
+    ++d->second.flushing;
+  }
+  // The bound is for an engine thread a loaded machine has not scheduled
+  // (Flush drives the loop itself when it can); normally it is at once.
+  wire->Flush(Clock::now() + std::chrono::milliseconds(200));
+  std::lock_guard lock(manager.mu_);
+  if (auto d = manager.devices_.find(device); d != manager.devices_.end()) --d->second.flushing;
+  manager.flushed_cv_.notify_all();
 }
 
 void Manager::CloseForExit() {
@@ -423,9 +448,11 @@ Status Manager::Listen(uint32_t num, int backlog) {
 
 Status Manager::Connect(uint32_t num, const sockaddr_in& dst, const rdmaemu_cm_param& p) {
   if (dst.sin_family != AF_INET) return Status::Error(EAFNOSUPPORT, "only IPv4 destinations");
+  FlushOnReturn flush(*this);
   std::lock_guard lock(mu_);
   Id* id = FindIdLocked(num);
   if (id == nullptr) return NotFound(fmt::format("cm id {} does not exist", num));
+  flush.device = id->device;
   if (!id->bound || id->device < 0) {
     return InvalidArgument(fmt::format("cm id {} has no device: resolve the address first", num));
   }
@@ -502,9 +529,11 @@ Status Manager::Connect(uint32_t num, const sockaddr_in& dst, const rdmaemu_cm_p
 }
 
 Status Manager::Accept(uint32_t num, const rdmaemu_cm_param& p) {
+  FlushOnReturn flush(*this);
   std::lock_guard lock(mu_);
   Id* id = FindIdLocked(num);
   if (id == nullptr) return NotFound(fmt::format("cm id {} does not exist", num));
+  flush.device = id->device;
   const std::span<const uint8_t> data(p.private_data, p.private_data_len);
   auto answered = [&] {
     if (auto l = ids_.find(id->listener); l != ids_.end()) --l->second->pending;
@@ -563,9 +592,11 @@ Status Manager::Accept(uint32_t num, const rdmaemu_cm_param& p) {
 }
 
 Status Manager::Reject(uint32_t num, uint16_t reason, std::span<const uint8_t> data) {
+  FlushOnReturn flush(*this);
   std::lock_guard lock(mu_);
   Id* id = FindIdLocked(num);
   if (id == nullptr) return NotFound(fmt::format("cm id {} does not exist", num));
+  flush.device = id->device;
   auto answered = [&] {
     if (auto l = ids_.find(id->listener); l != ids_.end()) --l->second->pending;
   };
@@ -599,9 +630,11 @@ Status Manager::Reject(uint32_t num, uint16_t reason, std::span<const uint8_t> d
 }
 
 Status Manager::Establish(uint32_t num) {
+  FlushOnReturn flush(*this);
   std::lock_guard lock(mu_);
   Id* id = FindIdLocked(num);
   if (id == nullptr) return NotFound(fmt::format("cm id {} does not exist", num));
+  flush.device = id->device;
   if (id->state == State::kRepRcvd) {
     const MadBytes rtu = EncodeRtu({id->local_comm_id, id->remote_comm_id}, id->tid);
     SendLocked(*id, rtu);
@@ -621,9 +654,11 @@ Status Manager::Establish(uint32_t num) {
 }
 
 Status Manager::Disconnect(uint32_t num) {
+  FlushOnReturn flush(*this);
   std::lock_guard lock(mu_);
   Id* id = FindIdLocked(num);
   if (id == nullptr) return NotFound(fmt::format("cm id {} does not exist", num));
+  flush.device = id->device;
   switch (id->state) {
     case State::kEstablished:
     case State::kRepSent:
@@ -1181,6 +1216,7 @@ void Manager::AfterFork(bool child) {
     devices_.clear();
     new (&timer_) std::thread();
     new (&timer_cv_) std::condition_variable();
+    new (&flushed_cv_) std::condition_variable();
     comm_id_seed_ ^= std::random_device{}();
     if (deliver_ != nullptr) owner_pid_ = getpid();  // the atexit close is inherited
   }

@@ -149,6 +149,19 @@ class Manager {
     uint64_t node_guid = 0;
     std::vector<DevicePort> ports;
     Wire* wire = nullptr;
+    int flushing = 0;  // FlushOnReturn's using the wire; DetachDevice waits for 0
+  };
+
+  // Declared before a command's lock, so it runs once the lock is released:
+  // waits for the MADs the command queued on `device` to leave, as the
+  // kernel's CM has them on their way before rdma_reject(3) and the rest
+  // return. A program that exits right after one (a forked Python worker
+  // _exits, skipping atexit) would otherwise take its MAD with it.
+  struct FlushOnReturn {
+    explicit FlushOnReturn(Manager& m) : manager(m) {}
+    ~FlushOnReturn();
+    Manager& manager;
+    int device = -1;
   };
 
   // All under mu_.
@@ -197,6 +210,7 @@ class Manager {
   const Timing timing_;
   mutable std::mutex mu_;
   std::condition_variable timer_cv_;
+  std::condition_variable flushed_cv_;  // a FlushOnReturn ended
   rdmaemu_cm_deliver_fn deliver_ = nullptr;
   std::unordered_map<int, Device> devices_;
   IdMap ids_;
