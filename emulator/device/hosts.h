@@ -20,6 +20,12 @@
 //
 // Slot 0's listeners are not recorded, so a slot 0 and a slot K listening
 // on one port are not refused (slot K gets the requests).
+//
+// A slot that no live process holds is slot 0: a peer that is not an
+// emulated process (the kernel's CM draws communication IDs at random, a
+// NIC numbers its QPs as it likes) has bits there that name no slot, and
+// it receives on 4791. Such a peer reaches only slot 0 of an address, as
+// it sends everything to 4791.
 #pragma once
 
 #include <netinet/in.h>

@@ -609,12 +609,6 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather 
   const uint8_t dst_slot =
       fields.bth.dest_qpn == cm::kGsiQpn ? gsi_slot : device::hosts::SlotOfQpn(fields.bth.dest_qpn);
   const uint16_t dst_port = multicast ? from.service_port : DestinationPort(from, dst_ip, dst_slot);
-  if (dst_port == 0) {
-    Count(qp, &Counters::dropped_no_route);
-    RDMAEMU_WARN_LIMITED("{}: dropped a packet for QP {:#x} at {}: no process is host slot {} there (hosts.h)",
-                         device_->name(), fields.bth.dest_qpn, net::ToString(in_addr{dst_ip}), dst_slot);
-    return;
-  }
   wire::IcrcAddressing addr{from.ip, ntohl(dst_ip), from.udp_port, dst_port};
   auto len = wire::BuildPacket(fields, payload, packet_, &addr);
   if (!len.ok()) {
@@ -664,6 +658,9 @@ uint16_t Engine::ArrivalPort(const net::Datagram& d) const {
 
 uint16_t Engine::DestinationPort(const Endpoint& from, uint32_t dst_ip, uint8_t slot) {
   if (slot == 0) return from.service_port;
+  // A slot nobody recorded is slot 0: a peer that is not an emulated
+  // process (a kernel's CM draws its communication IDs at random, a NIC
+  // its QPNs) has bits there that name no slot, and it receives on 4791.
   // Looked up again after a second, so a slot whose process ended and
   // another took is found within a retry or two.
   constexpr auto kFresh = std::chrono::seconds(1);
@@ -671,7 +668,7 @@ uint16_t Engine::DestinationPort(const Endpoint& from, uint32_t dst_ip, uint8_t 
   std::lock_guard lock(slot_ports_mu_);
   auto& [port, when] = slot_ports_[{dst_ip, slot}];
   if (port == 0 || now - when > kFresh) {
-    port = device::hosts::PortOf(in_addr{dst_ip}, slot).value_or(0);
+    port = device::hosts::PortOf(in_addr{dst_ip}, slot).value_or(from.service_port);
     when = now;
   }
   return port;

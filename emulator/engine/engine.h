@@ -379,8 +379,8 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
     uint16_t service_port = 0;  // host order: where slot 0 of an address receives (4791)
   };
   // The UDP port that reaches slot `slot` at `dst_ip` (network order):
-  // slot 0's service port, else the slot's record (hosts.h), looked up
-  // at most once a second per slot; 0 when no process holds it.
+  // the slot's record (hosts.h), looked up at most once a second per
+  // slot, else (slot 0, or a slot no process holds) the service port.
   uint16_t DestinationPort(const Endpoint& from, uint32_t dst_ip, uint8_t slot);
   // The UDP port datagram `d` was sent to (host order).
   uint16_t ArrivalPort(const net::Datagram& d) const;

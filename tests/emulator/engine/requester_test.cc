@@ -97,6 +97,25 @@ TEST_F(RequesterTest, RnrNakImplicitlyAcknowledgesEarlierPsns) {
   EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
 }
 
+// A peer that is not an emulated process (a NIC, rxe) numbers its QPs as it
+// likes: bits 20-23 that name no host slot of its address (hosts.h) must
+// not keep the packets from its UDP port, the service port.
+TEST_F(RequesterTest, APeerQpnWhoseSlotBitsNameNoProcessIsReachedOnTheServicePort) {
+  RcParams p;
+  p.dest_qpn = 0x50abcd;  // bits 20-23: slot 5
+  ibv_qp* qp = emu_.ConnectedQp(p);
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(emu_.PostSend(qp, 1, IBV_WR_SEND, *buf_, 0, 32), 0);
+  auto rx = peer_->Receive(2000ms);
+  ASSERT_TRUE(rx.has_value()) << "the request never reached the peer's port";
+  EXPECT_TRUE(rx->icrc_ok);
+  EXPECT_EQ(rx->dest_qpn, 0x50abcdu);
+  peer_->Send(FakePeer::Ack(qp->qp_num, rx->psn, wire::AckSyndrome(), 1));
+  auto wc = emu_.Poll();
+  ASSERT_TRUE(wc.has_value());
+  EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+}
+
 TEST_F(RequesterTest, SequenceNakRetransmitsFromThatPsn) {
   ibv_qp* qp = emu_.ConnectedQp();
   ASSERT_NE(qp, nullptr);
