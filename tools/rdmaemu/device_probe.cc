@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "rdmaemu/rdmaemu.h"
+#include "tools/rdmaemu/loaded_verbs.h"
 
 namespace rdmaemu::cli {
 namespace {
@@ -29,29 +30,6 @@ namespace {
 constexpr auto kProbeTimeout = std::chrono::seconds(10);
 constexpr uint32_t kMaxPorts = 8;
 
-struct Verbs {
-  decltype(&::ibv_get_device_list) get_device_list = nullptr;
-  decltype(&::ibv_free_device_list) free_device_list = nullptr;
-  decltype(&::ibv_get_device_name) get_device_name = nullptr;
-  decltype(&::ibv_get_device_guid) get_device_guid = nullptr;
-  decltype(&::ibv_open_device) open_device = nullptr;
-  decltype(&::ibv_close_device) close_device = nullptr;
-  decltype(&::ibv_query_device) query_device = nullptr;
-  decltype(&::_ibv_query_gid_ex) query_gid_ex = nullptr;
-  int (*query_port_compat)(ibv_context*, uint8_t, ibv_port_attr*) = nullptr;
-  decltype(&::rdmaemu_query_port_address) query_port_address = nullptr;
-};
-
-template <typename F>
-bool Resolve(void* handle, const char* name, F& out, std::string& missing) {
-  void* sym = ::dlsym(handle, name);
-  if (sym == nullptr) {
-    missing = name;
-    return false;
-  }
-  out = reinterpret_cast<F>(sym);
-  return true;
-}
 
 // What the child learns of one device, written to the parent through a pipe
 // as is (both sides are this binary).
@@ -72,15 +50,8 @@ struct DeviceRecord {
   PortRecord port[kMaxPorts];
 };
 
-int QueryPort(const Verbs& v, ibv_context* ctx, uint8_t port, ibv_port_attr* attr) {
-  // What verbs.h's inline ibv_query_port does.
-  std::memset(attr, 0, sizeof(*attr));
-  verbs_context* vctx = verbs_get_ctx_op(ctx, query_port);
-  if (vctx == nullptr) return v.query_port_compat(ctx, port, attr);
-  return vctx->query_port(ctx, port, attr, sizeof(*attr));
-}
 
-DeviceRecord QueryDevice(const Verbs& v, ibv_device* device) {
+DeviceRecord QueryDevice(const LoadedVerbs& v, ibv_device* device) {
   DeviceRecord r{};
   auto failed = [&r](const char* call, int err) {
     r.error = err != 0 ? err : EIO;
@@ -243,18 +214,8 @@ DeviceProbe ProbeDevices(const std::string& library_path) {
     return out;
   }
   // Never closed: the library is not made to be unloaded, and exec drops it.
-  Verbs v;
-  std::string missing;
-  if (!Resolve(handle, "ibv_get_device_list", v.get_device_list, missing) ||
-      !Resolve(handle, "ibv_free_device_list", v.free_device_list, missing) ||
-      !Resolve(handle, "ibv_get_device_name", v.get_device_name, missing) ||
-      !Resolve(handle, "ibv_get_device_guid", v.get_device_guid, missing) ||
-      !Resolve(handle, "ibv_open_device", v.open_device, missing) ||
-      !Resolve(handle, "ibv_close_device", v.close_device, missing) ||
-      !Resolve(handle, "ibv_query_device", v.query_device, missing) ||
-      !Resolve(handle, "_ibv_query_gid_ex", v.query_gid_ex, missing) ||
-      !Resolve(handle, "ibv_query_port", v.query_port_compat, missing) ||
-      !Resolve(handle, "rdmaemu_query_port_address", v.query_port_address, missing)) {
+  LoadedVerbs v;
+  if (std::string missing = LoadVerbs(handle, v); !missing.empty()) {
     out.error = fmt::format("{} does not export {}", library_path, missing);
     return out;
   }

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "rdmaemu/rdmaemu.h"
+#include "tools/rdmaemu/loaded_verbs.h"
 #include "tools/rdmaemu/commands.h"
 #include "tools/rdmaemu/locate.h"
 #include "tools/rdmaemu/options.h"
@@ -23,40 +24,7 @@
 namespace rdmaemu::cli {
 namespace {
 
-// The entry points used, resolved from the loaded library.
-struct Verbs {
-  decltype(&::ibv_get_device_list) get_device_list = nullptr;
-  decltype(&::ibv_free_device_list) free_device_list = nullptr;
-  decltype(&::ibv_get_device_name) get_device_name = nullptr;
-  decltype(&::ibv_get_device_guid) get_device_guid = nullptr;
-  decltype(&::ibv_open_device) open_device = nullptr;
-  decltype(&::ibv_close_device) close_device = nullptr;
-  decltype(&::ibv_query_device) query_device = nullptr;
-  decltype(&::_ibv_query_gid_ex) query_gid_ex = nullptr;
-  // The exported ibv_query_port, for a context whose verbs_context lacks the
-  // extended op (never ours, but this is what verbs.h's inline does).
-  int (*query_port_compat)(ibv_context*, uint8_t, ibv_port_attr*) = nullptr;
-  // rdmaemu.h's: whether an address is fixed or picked at open.
-  decltype(&::rdmaemu_query_port_address) query_port_address = nullptr;
-};
 
-template <typename F>
-bool Resolve(void* handle, const char* name, F& out, std::string& error) {
-  void* sym = ::dlsym(handle, name);
-  if (sym == nullptr) {
-    error = fmt::format("the library does not export {}", name);
-    return false;
-  }
-  out = reinterpret_cast<F>(sym);
-  return true;
-}
-
-int QueryPort(const Verbs& v, ibv_context* ctx, uint8_t port, ibv_port_attr* attr) {
-  std::memset(attr, 0, sizeof(*attr));
-  verbs_context* vctx = verbs_get_ctx_op(ctx, query_port);
-  if (vctx == nullptr) return v.query_port_compat(ctx, port, attr);
-  return vctx->query_port(ctx, port, attr, sizeof(*attr));
-}
 
 std::string StateName(ibv_port_state s) {
   switch (s) {
@@ -209,19 +177,9 @@ int DevicesMain(std::span<const std::string> args, const char* argv0) {
     PrintError("devices", fmt::format("cannot load {}: {}", lib.path, ::dlerror()));
     return kExitFailure;
   }
-  Verbs v;
-  std::string error;
-  if (!Resolve(handle, "ibv_get_device_list", v.get_device_list, error) ||
-      !Resolve(handle, "ibv_free_device_list", v.free_device_list, error) ||
-      !Resolve(handle, "ibv_get_device_name", v.get_device_name, error) ||
-      !Resolve(handle, "ibv_get_device_guid", v.get_device_guid, error) ||
-      !Resolve(handle, "ibv_open_device", v.open_device, error) ||
-      !Resolve(handle, "ibv_close_device", v.close_device, error) ||
-      !Resolve(handle, "ibv_query_device", v.query_device, error) ||
-      !Resolve(handle, "_ibv_query_gid_ex", v.query_gid_ex, error) ||
-      !Resolve(handle, "ibv_query_port", v.query_port_compat, error) ||
-      !Resolve(handle, "rdmaemu_query_port_address", v.query_port_address, error)) {
-    PrintError("devices", fmt::format("{}: {}", lib.path, error));
+  LoadedVerbs v;
+  if (std::string missing = LoadVerbs(handle, v); !missing.empty()) {
+    PrintError("devices", fmt::format("{}: the library does not export {}", lib.path, missing));
     return kExitFailure;
   }
 
