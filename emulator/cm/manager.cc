@@ -805,6 +805,16 @@ Manager::Id* Manager::FindListenerLocked(uint16_t ps, uint16_t port, uint32_t ds
   return any;
 }
 
+bool Manager::BoundNotListeningLocked(uint16_t ps, uint16_t port, uint32_t dst_ip) const {
+  for (const auto& [num, id] : ids_) {
+    if (!id->detached && id->bound && id->state == State::kIdle && id->ps == ps && id->local_port == port &&
+        (id->ip == 0 || id->ip == dst_ip)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 bool Manager::OnMad(int device, uint8_t port, uint32_t src_ip, std::span<const uint8_t> mad) {
   std::lock_guard lock(mu_);
   if (devices_.find(device) == devices_.end()) return false;
@@ -890,7 +900,16 @@ void Manager::OnReqLocked(int device, uint8_t port, uint32_t src_ip, uint64_t ti
   if (listener == nullptr) {
     // Nobody listens: REJ at once, so the client gets REJECTED and not a
     // timeout (IBA 12.6.7: invalid service ID).
-    Log().debug("cm: nobody listens on {}:{} (port space {:#x}): REJ", Ip(req->ip.dst_ip), lport, ps);
+    // A program that tells its peer the port before it calls rdma_listen
+    // (Debian's qperf 0.4.11 does) loses this race now and then on real
+    // hardware too: the kernel's CM rejects the same way. Say so.
+    if (BoundNotListeningLocked(ps, lport, req->ip.dst_ip)) {
+      RDMAEMU_WARN_LIMITED("cm: a connection request from {} for {}:{} arrived before the id bound there "
+                           "called rdma_listen: REJ (invalid service ID). Listen before telling the peer the port.",
+                           Ip(src_ip), Ip(req->ip.dst_ip), lport);
+    } else {
+      Log().debug("cm: nobody listens on {}:{} (port space {:#x}): REJ", Ip(req->ip.dst_ip), lport, ps);
+    }
     SendToLocked(device, port, src_ip, hosts::SlotOfCommId(req->local_comm_id),
                  Encode(Rej{0, req->local_comm_id, 0, kRejInvalidServiceId, {}}, tid));
     return;

@@ -170,6 +170,9 @@ class Manager {
   Status CheckPortFreeLocked(const Id& id, uint32_t ip, uint16_t port) const;
   Result<uint16_t> EphemeralPortLocked(const Id& id, uint32_t ip);
   Id* FindListenerLocked(uint16_t ps, uint16_t port, uint32_t dst_ip, int device);
+  // Whether an id is bound to the port but not listening yet (a REQ that
+  // arrives then is the program's race, worth a warning).
+  bool BoundNotListeningLocked(uint16_t ps, uint16_t port, uint32_t dst_ip) const;
   void DeliverLocked(Id& id, int event, int status, const rdmaemu_cm_param* param = nullptr);
   void SendLocked(const Id& id, const MadBytes& mad);
   void SendToLocked(int device, uint8_t port, uint32_t dst_ip, uint8_t dst_slot, const MadBytes& mad);
