@@ -69,13 +69,6 @@ uint32_t RoceMtuFor(int link_mtu) {
   return 256;
 }
 
-// An address another process holds is shared (hosts.h), but only after
-// waiting this long for it: a server that forks a child per connection
-// (qperf) starts the next child while the last may still be exiting, and
-// the next child must be where the clients' REQs go, the address's slot 0,
-// not a slot beside an exiting process that still listens.
-constexpr std::chrono::milliseconds kWaitForHeldAddress{3000};
-
 }  // namespace
 
 Device::Device(DeviceConfig config, int index)
@@ -97,14 +90,12 @@ Result<std::shared_ptr<Device>> Device::Open(const DeviceConfig& config, int ind
     net::UdpSocketOptions options;
     if (pc.address) options.address = net::ToString(*pc.address);
     options.port = pc.udp_port;
-    options.wait_if_held = kWaitForHeldAddress;
     auto socket = net::UdpSocket::Open(options);
     uint8_t slot = 0;
     if (!socket.ok() && socket.status().code() == EADDRINUSE && pc.address) {
       // Another process is at this address: this one shares it, as a
       // second process on a real host does (hosts.h).
       options.port = 0;
-      options.wait_if_held = {};
       socket = net::UdpSocket::Open(options);
       if (socket.ok()) {
         auto claimed = hosts::Claim(*pc.address, ntohs(socket->address().sin_port));
