@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "emulator/base/log.h"
@@ -110,29 +109,11 @@ Result<UdpSocket> UdpSocket::Open(const UdpSocketOptions& options) {
   SetBuffer(fd.get(), SO_RCVBUFFORCE, SO_RCVBUF, options.buffer_bytes);
   SetBuffer(fd.get(), SO_SNDBUFFORCE, SO_SNDBUF, options.buffer_bytes);
 
-  const auto give_up = std::chrono::steady_clock::now() + options.wait_if_held;
-  bool waited = false;
   for (uint32_t ip = first;; ++ip) {
     const sockaddr_in want = MakeAddress(ip, options.port);
     if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&want), sizeof(want)) == 0) break;
     const int err = errno;
-    if (!automatic && err == EADDRINUSE && std::chrono::steady_clock::now() < give_up) {
-      if (!waited) {
-        Log().info("{} is held by another socket (a process that is still exiting?): trying "
-                   "again for up to {} ms",
-                   ToString(want), options.wait_if_held.count());
-        waited = true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      --ip;  // the same address again
-      continue;
-    }
-    if (!automatic || err != EADDRINUSE) {
-      return Failed(err, "cannot bind " + ToString(want) +
-                             (waited ? " (tried for " + std::to_string(options.wait_if_held.count()) +
-                                           " ms)"
-                                     : std::string()));
-    }
+    if (!automatic || err != EADDRINUSE) return Failed(err, "cannot bind " + ToString(want));
     if (ip == last) {
       return Status::Error(
           EADDRINUSE, "cannot bind an automatic address: every address from " +

@@ -17,7 +17,6 @@
 
 #include <netinet/in.h>
 
-#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -43,11 +42,6 @@ struct UdpSocketOptions {
   // Port 0 binds an ephemeral port (tests only: peers expect 4791).
   uint16_t port = kRoceV2Port;
   int buffer_bytes = kDefaultSocketBufferBytes;
-  // A given address (not "auto") another socket holds: how long to try
-  // again before failing with EADDRINUSE. A server that forks a child per
-  // connection (qperf) starts the next child on the same address while the
-  // last one may still be exiting.
-  std::chrono::milliseconds wait_if_held{0};
 };
 
 class UdpSocket {
