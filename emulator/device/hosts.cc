@@ -1,7 +1,6 @@
 #include "emulator/device/hosts.h"
 
 #include <arpa/inet.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,8 +21,6 @@ struct Record {
   pid_t pid = 0;
 };
 
-bool Alive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
-
 std::string Text(in_addr a) {
   char text[INET_ADDRSTRLEN] = "?";
   ::inet_ntop(AF_INET, &a, text, sizeof text);
@@ -41,7 +38,7 @@ std::string PathOf(const std::string& name) { return subnet::Directory() + "/" +
 std::optional<Record> Read(const std::string& name) {
   std::ifstream in(PathOf(name));
   Record r;
-  if (!(in >> r.value >> r.pid) || !Alive(r.pid)) return std::nullopt;
+  if (!(in >> r.value >> r.pid) || !subnet::ProcessRunning(r.pid)) return std::nullopt;
   return r;
 }
 

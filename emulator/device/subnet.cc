@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <sstream>
 
@@ -30,13 +31,11 @@ std::string AddressText(in_addr a) {
   return text;
 }
 
-bool Alive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
-
 // A record of a live process, or nothing.
 std::optional<Record> Read(const std::string& name) {
   std::ifstream in(Directory() + "/" + name);
   Record r;
-  if (!(in >> r.value >> r.pid) || !Alive(r.pid)) return std::nullopt;
+  if (!(in >> r.value >> r.pid) || !ProcessRunning(r.pid)) return std::nullopt;
   return r;
 }
 
@@ -112,6 +111,17 @@ uint32_t Resolve(in_addr own, uint16_t lid) {
   def.s_addr = htonl((ntohl(own.s_addr) & 0xffff0000u) | lid);
   if (Read(AddrFile(def))) return 0;  // its port took another LID
   return def.s_addr;
+}
+
+bool ProcessRunning(pid_t pid) {
+  if (pid <= 0 || (::kill(pid, 0) != 0 && errno != EPERM)) return false;
+  // /proc/PID/stat: "PID (COMM) STATE ...", COMM may hold spaces and ')'.
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return true;  // no /proc: kill() said so
+  const char state = stat[close + 2];
+  return state != 'Z' && state != 'X';
 }
 
 }  // namespace rdmaemu::device::subnet

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <netinet/in.h>
+#include <sys/types.h>
 
 #include <cstdint>
 #include <string>
@@ -42,5 +43,11 @@ uint32_t Resolve(in_addr own, uint16_t lid);
 
 // The directory in use (for messages and tests).
 std::string Directory();
+
+// Whether the process that wrote a record still runs. A process that has
+// exited but not been reaped yet (a zombie) does not: the kernel has
+// already closed its files, and with them its RDMA resources, as the
+// emulator's records must then count them gone too.
+bool ProcessRunning(pid_t pid);
 
 }  // namespace rdmaemu::device::subnet

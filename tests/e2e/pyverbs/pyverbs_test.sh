@@ -6,7 +6,7 @@
 # skip not listed fails this test. The few upstream tests known to fail are
 # listed too, each with its reason (docs/pyverbs.md).
 #   pyverbs_test.sh RDMAEMU LIBIBVERBS RUN_SUITE_PY
-# The whole suite takes about 1 s per engine, so every module runs: the
+# The whole suite takes a few seconds per engine, so every module runs: the
 # generic ones must pass, the vendor ones (mlx5, EFA, CUDA, VFIO) must skip.
 set -u
 rdmaemu="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"

@@ -3,6 +3,7 @@
 #include "emulator/device/hosts.h"
 
 #include <arpa/inet.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "emulator/device/device.h"
+#include "emulator/device/subnet.h"
 
 namespace rdmaemu::device {
 namespace {
@@ -126,6 +128,30 @@ TEST_F(HostsTest, ListenerRecords) {
   EXPECT_EQ(hosts::ListenerSlot(address_, 0x106, 9001), 0) << "a dead listener is nobody";
   EXPECT_TRUE(hosts::Listen(address_, 0x106, 9001, 2).ok());
   EXPECT_EQ(hosts::ListenerSlot(address_, 0x106, 9001), 2);
+}
+
+// A process that has exited but that its parent has not reaped yet (as
+// pyverbs' forked sides are for a while) holds nothing: the kernel has
+// closed its files already, and a real host's port is free again then.
+TEST_F(HostsTest, AnUnreapedExitedProcessHoldsNothing) {
+  const pid_t zombie = ::fork();
+  if (zombie == 0) ::_exit(0);
+  ASSERT_GT(zombie, 0);
+  siginfo_t info{};
+  // Wait for the exit without reaping it (WNOWAIT).
+  ASSERT_EQ(::waitid(P_PID, zombie, &info, WEXITED | WNOWAIT), 0);
+  EXPECT_FALSE(subnet::ProcessRunning(zombie));
+  WriteRecord("slot-" + Text() + "-1", 41000, zombie);
+  WriteRecord("listen-" + Text() + "-262-9002", 1, zombie);
+  EXPECT_EQ(hosts::PortOf(address_, 1), std::nullopt);
+  EXPECT_EQ(hosts::ListenerSlot(address_, 0x106, 9002), 0);
+  EXPECT_TRUE(hosts::Listen(address_, 0x106, 9002, 2).ok());
+  ::waitpid(zombie, nullptr, 0);
+
+  EXPECT_TRUE(subnet::ProcessRunning(::getpid()));
+  EXPECT_TRUE(subnet::ProcessRunning(1)) << "init, another user's process: kill() says EPERM or 0";
+  EXPECT_FALSE(subnet::ProcessRunning(0));
+  EXPECT_FALSE(subnet::ProcessRunning(-1));
 }
 
 // Two devices given one address: the second shares it at slot 1, on an
