@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -878,6 +879,39 @@ void Engine::GatherRange(const SendWqe& wqe, uint64_t offset, size_t len, std::v
   }
 }
 
+wire::Gather Engine::GatherSpans(const SendWqe& wqe, uint64_t offset, size_t len) {
+  // A deregistered region's bytes, as GatherRange gives them.
+  static const std::array<uint8_t, 4096> kZeros{};
+  gather_.clear();
+  gather_mrs_.clear();
+  if (wqe.is_inline) {
+    gather_.emplace_back(wqe.inline_data.data() + offset, len);
+    return gather_;
+  }
+  size_t done = 0;
+  uint64_t skip = offset;
+  for (const Sge& sge : wqe.sges) {
+    if (done == len) break;
+    if (skip >= sge.length) {
+      skip -= sge.length;
+      continue;
+    }
+    const size_t n = std::min<uint64_t>(sge.length - skip, len - done);
+    auto mr = device_->mrs().FindByLkey(sge.lkey);
+    if (mr && mr->Contains(sge.addr + skip, n)) {
+      gather_.emplace_back(static_cast<const uint8_t*>(mr->HostAddress(sge.addr + skip)), n);
+      gather_mrs_.push_back(std::move(mr));
+    } else {
+      for (size_t z = 0; z < n; z += kZeros.size()) {
+        gather_.emplace_back(kZeros.data(), std::min(kZeros.size(), n - z));
+      }
+    }
+    done += n;
+    skip = 0;
+  }
+  return gather_;
+}
+
 void Engine::ScatterRange(const std::vector<Sge>& sges, uint64_t offset, std::span<const uint8_t> data) {
   size_t done = 0;
   uint64_t skip = offset;
@@ -1074,7 +1108,7 @@ void Engine::ExecuteUdSend(Qp& qp, const SendWqe& wqe) {
                 SendOpName(wqe.op), wqe.length, net::ToString(in_addr{wqe.ud.dst_ip}),
                 wqe.ud.remote_qpn);
   }
-  GatherRange(wqe, 0, wqe.length, scratch_);
+  const wire::Gather payload = GatherSpans(wqe, 0, wqe.length);
   wire::PacketFields f;
   f.opcode = wqe.op == SendOp::kSendWithImm ? wire::Opcode::UD_SEND_ONLY_WITH_IMMEDIATE
                                             : wire::Opcode::UD_SEND_ONLY;
@@ -1086,8 +1120,7 @@ void Engine::ExecuteUdSend(Qp& qp, const SendWqe& wqe) {
   f.deth.qkey = (wqe.ud.remote_qkey & 0x80000000u) ? qp.attrs.qkey : wqe.ud.remote_qkey;
   f.deth.src_qpn = qp.qpn;
   f.imm = ntohl(wqe.imm_data);
-  std::span<const uint8_t> payload(scratch_);
-  Transmit(&qp, f, wire::Gather(&payload, 1), wqe.ud.dst_ip, 0, wqe.ud.traffic_class);
+  Transmit(&qp, f, payload, wqe.ud.dst_ip, 0, wqe.ud.traffic_class);
   complete(objects::WcStatus::kSuccess);
 }
 

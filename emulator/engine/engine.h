@@ -258,6 +258,10 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   }
   // Copies [offset, offset+len) of a WQE's payload into out.
   void GatherRange(const SendWqe& wqe, uint64_t offset, size_t len, std::vector<uint8_t>& out);
+  // The same bytes as spans into the registered memory itself (or the
+  // inline data), for BuildPacket to copy once into the packet: valid until
+  // the next call, the regions held until then.
+  wire::Gather GatherSpans(const SendWqe& wqe, uint64_t offset, size_t len);
   // Writes data at `offset` into an SGE list (already checked).
   void ScatterRange(const std::vector<Sge>& sges, uint64_t offset, std::span<const uint8_t> data);
   // Pushes a completion; a full CQ is overrun: CQ_ERR is raised and the QP
@@ -450,6 +454,8 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // 10,000 QPs in flight as with one.
   std::optional<Clock::time_point> scan_at_;
   std::vector<uint8_t> scratch_;   // payload gathering
+  std::vector<std::span<const uint8_t>> gather_;                // GatherSpans' spans
+  std::vector<std::shared_ptr<const objects::Mr>> gather_mrs_;  // and the regions they are in
   std::vector<uint8_t> packet_;    // packet building
   std::vector<uint32_t> mcast_members_;  // ReceiveMulticast: a group's QPs
   std::vector<uint32_t> raw_targets_;    // ReceiveRawFrame: the QPs a frame goes to

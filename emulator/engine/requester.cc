@@ -277,7 +277,8 @@ void Engine::SendRequest(Qp& qp, Inflight& f, uint32_t psn) {
   p.xrc_srqn = w.xrc_remote_srqn;  // written on XRC requests only
   // MigReq is set in MIGRATED and clear while the path is REARM or ARMED.
   p.bth.migreq = qp.attrs.mig_state == MigState::kMigrated;
-  std::span<const uint8_t> payload;
+  std::span<const uint8_t> inline_payload;
+  wire::Gather payload(&inline_payload, 1);
   switch (w.op) {
     case SendOp::kSend:
     case SendOp::kSendWithImm:
@@ -325,8 +326,7 @@ void Engine::SendRequest(Qp& qp, Inflight& f, uint32_t psn) {
       p.invalidate_rkey = w.invalidate_rkey;
       const uint64_t offset = uint64_t{index} * mtu;
       const size_t len = static_cast<size_t>(std::min<uint64_t>(mtu, w.length - std::min(w.length, offset)));
-      GatherRange(w, offset, len, scratch_);
-      payload = std::span<const uint8_t>(scratch_.data(), len);
+      payload = GatherSpans(w, offset, len);
       break;
     }
     case SendOp::kRdmaRead: {
@@ -352,7 +352,7 @@ void Engine::SendRequest(Qp& qp, Inflight& f, uint32_t psn) {
       p.opcode = Opcode::RC_ATOMIC_WRITE;
       p.bth.ack_req = true;
       p.reth = {w.remote_addr, w.rkey, static_cast<uint32_t>(w.inline_data.size())};
-      payload = std::span<const uint8_t>(w.inline_data);
+      inline_payload = std::span<const uint8_t>(w.inline_data);
       break;
     case SendOp::kFlush:
       p.opcode = Opcode::RC_FLUSH;
@@ -365,7 +365,7 @@ void Engine::SendRequest(Qp& qp, Inflight& f, uint32_t psn) {
       return;  // local operations send nothing (Progress never asks)
   }
   if (f.sent) Count(&qp, &Counters::retransmissions);
-  Transmit(&qp, p, wire::Gather(&payload, 1), qp.attrs.dest_ip);
+  Transmit(&qp, p, payload, qp.attrs.dest_ip);
 }
 
 void Engine::RetransmitFrom(Qp& qp, uint32_t psn) {
