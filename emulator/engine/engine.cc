@@ -31,6 +31,9 @@
 namespace rdmaemu::engine {
 namespace {
 
+// Transmit places a packet in packet_ so that its payload starts on one.
+constexpr size_t kCacheLine = 64;
+
 constexpr size_t kGrhBytes = 40;
 
 // The IB encoding of an MTU in bytes (1 = 256 .. 5 = 4096), as a REQ carries it.
@@ -258,7 +261,7 @@ Result<std::shared_ptr<Engine>> Engine::Start(std::shared_ptr<device::Device> de
                          net::ToString(socket->address()));
     sockets.push_back(std::move(socket).value());
   }
-  engine->packet_.resize(wire::kMaxPacketBytes);
+  engine->packet_.resize(wire::kMaxPacketBytes + kCacheLine);
   auto loop = net::Loop::Create(*backend, std::move(sockets), engine.get());
   if (!loop.ok()) return loop.status();
   engine->loop_ = std::move(loop).value();
@@ -611,7 +614,14 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather 
       fields.bth.dest_qpn == cm::kGsiQpn ? gsi_slot : device::hosts::SlotOfQpn(fields.bth.dest_qpn);
   const uint16_t dst_port = multicast ? from.service_port : DestinationPort(from, dst_ip, dst_slot);
   wire::IcrcAddressing addr{from.ip, ntohl(dst_ip), from.udp_port, dst_port};
-  auto len = wire::BuildPacket(fields, payload, packet_, &addr);
+  // The payload starts on a cache line of packet_: copying 4 KiB into a
+  // destination 12 bytes off one (a BTH) is several times slower with the
+  // string instructions memcpy uses at that size.
+  const size_t headers = wire::InfoOf(fields.opcode).length;
+  const size_t shift = (kCacheLine - (reinterpret_cast<uintptr_t>(packet_.data()) + headers) % kCacheLine) %
+                       kCacheLine;
+  const std::span<uint8_t> out = std::span<uint8_t>(packet_).subspan(shift);
+  auto len = wire::BuildPacket(fields, payload, out, &addr);
   if (!len.ok()) {
     Log().error("cannot build a {} packet: {}", wire::InfoOf(fields.opcode).name, len.status().message());
     return;
@@ -632,7 +642,7 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather 
     tracer_.Sent(qp != nullptr ? qp->qpn : 0, fields, payload_bytes, dst_ip);
   }
   const uint8_t tos = tos_override ? *tos_override : qp != nullptr ? qp->attrs.traffic_class : 0;
-  std::span<uint8_t> bytes(packet_.data(), *len);
+  std::span<uint8_t> bytes(out.data(), *len);
   if (!faults_.active()) {
     SendNow(port, to, bytes, tos);
     return;
