@@ -863,34 +863,17 @@ objects::WcStatus Engine::CheckSges(uint32_t pd, uint32_t num, const std::vector
 
 void Engine::GatherRange(const SendWqe& wqe, uint64_t offset, size_t len, std::vector<uint8_t>& out) {
   out.resize(len);
-  if (wqe.is_inline) {
-    std::memcpy(out.data(), wqe.inline_data.data() + offset, len);
-    return;
+  uint8_t* at = out.data();
+  for (const auto& piece : GatherSpans(wqe, offset, len)) {
+    std::memcpy(at, piece.data(), piece.size());
+    at += piece.size();
   }
-  size_t done = 0;
-  uint64_t skip = offset;
-  for (const Sge& sge : wqe.sges) {
-    if (done == len) break;
-    if (skip >= sge.length) {
-      skip -= sge.length;
-      continue;
-    }
-    size_t n = std::min<uint64_t>(sge.length - skip, len - done);
-    auto mr = device_->mrs().FindByLkey(sge.lkey);
-    // Checked at admission; a region deregistered since then reads as zeros
-    // rather than touching memory the program gave back.
-    if (mr && mr->Contains(sge.addr + skip, n)) {
-      std::memcpy(out.data() + done, mr->HostAddress(sge.addr + skip), n);
-    } else {
-      std::memset(out.data() + done, 0, n);
-    }
-    done += n;
-    skip = 0;
-  }
+  gather_mrs_.clear();
 }
 
 wire::Gather Engine::GatherSpans(const SendWqe& wqe, uint64_t offset, size_t len) {
-  // A deregistered region's bytes, as GatherRange gives them.
+  // Checked at admission; a region deregistered since then reads as zeros
+  // rather than touching memory the program gave back.
   static const std::array<uint8_t, 4096> kZeros{};
   gather_.clear();
   gather_mrs_.clear();
