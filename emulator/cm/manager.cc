@@ -126,6 +126,7 @@ struct Manager::Id {
   uint8_t port = 1;
   uint32_t ip = 0;          // network order
   uint16_t local_port = 0;  // host order
+  uint16_t peer_port = 0;   // host order: the service a REQ of ours asks for
   bool reuseaddr = false;
   uint8_t tos = 0;
   std::optional<uint8_t> ack_timeout;
@@ -467,7 +468,8 @@ Status Manager::Connect(uint32_t num, const sockaddr_in& dst, const rdmaemu_cm_p
   id->peer_ip = dst.sin_addr.s_addr;
   // A REQ names a service, not a process: where the destination's address
   // is shared, the process recorded as listening there gets it.
-  id->peer_slot = hosts::ListenerSlot(dst.sin_addr, id->ps, ntohs(dst.sin_port));
+  id->peer_port = ntohs(dst.sin_port);
+  id->peer_slot = hosts::ListenerSlot(dst.sin_addr, id->ps, id->peer_port);
   id->tid = (uint64_t{comm_id_seed_ * 2654435761u} << 32) | id->local_comm_id;
   id->local_qpn = p.qp_num;
   const IpHeader ip{id->local_port, src_ip, dst.sin_addr.s_addr};
@@ -1196,6 +1198,12 @@ void Manager::OnTimeoutLocked(Id& id, Clock::time_point now) {
   }
   if (id.retries_left > 0) {
     --id.retries_left;
+    if (id.state == State::kReqSent) {
+      // Where the service is may have changed since the last try: a server
+      // that sent us its port before listening records its listener (at a
+      // host slot > 0) only then.
+      id.peer_slot = hosts::ListenerSlot(in_addr{id.peer_ip}, id.ps, id.peer_port);
+    }
     SendLocked(id, *id.retry_mad);
     id.deadline = now + id.retry_interval;
     return;
