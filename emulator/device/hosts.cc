@@ -42,20 +42,15 @@ std::optional<Record> Read(const std::string& name) {
   return r;
 }
 
-Status EnsureDirectory() {
-  const std::string dir = subnet::Directory();
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return Status::Error(EIO, fmt::format("cannot create the subnet directory {}: {}", dir, std::strerror(errno)));
-  }
-  return Status::Ok();
-}
-
 // Creates the record only if no live process holds it: written whole to a
-// private file, then linked into place (link fails if the name exists, so
-// two processes never both win). A dead holder's record is replaced.
+// private file, then linked into place (link fails if the name exists). A
+// dead holder's record is replaced, under the directory's lock: without
+// it, two processes that both found the record dead could each unlink
+// what the other had just linked, and both hold the slot.
 // EADDRINUSE when a live process holds it.
 Status CreateExclusive(const std::string& name, unsigned value) {
-  if (Status s = EnsureDirectory(); !s.ok()) return s;
+  subnet::DirectoryLock lock;
+  if (!lock.status().ok()) return lock.status();
   const std::string tmp = PathOf(fmt::format(".{}.{}", name, ::getpid()));
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -86,6 +81,7 @@ Status CreateExclusive(const std::string& name, unsigned value) {
 
 // Removes a record only if this process wrote it.
 void RemoveOwn(const std::string& name) {
+  subnet::DirectoryLock lock;
   auto r = Read(name);
   if (r && r->pid == ::getpid()) ::unlink(PathOf(name).c_str());
 }

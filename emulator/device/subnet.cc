@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -39,11 +40,16 @@ std::optional<Record> Read(const std::string& name) {
   return r;
 }
 
-Status Write(const std::string& name, const std::string& value) {
-  const std::string dir = Directory();
+Status EnsureDirectory(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return Status::Error(EIO, fmt::format("cannot create the subnet directory {}: {}", dir, std::strerror(errno)));
   }
+  return Status::Ok();
+}
+
+Status Write(const std::string& name, const std::string& value) {
+  const std::string dir = Directory();
+  if (Status s = EnsureDirectory(dir); !s.ok()) return s;
   // Written whole, then renamed: a reader sees the old record or the new one.
   const std::string tmp = fmt::format("{}/.{}.{}", dir, name, ::getpid());
   {
@@ -79,8 +85,32 @@ std::string Directory() {
 
 uint16_t DefaultLid(in_addr address) { return static_cast<uint16_t>(ntohl(address.s_addr) & 0xffff); }
 
+DirectoryLock::DirectoryLock() {
+  const std::string dir = Directory();
+  if (status_ = EnsureDirectory(dir); !status_.ok()) return;
+  const std::string path = dir + "/.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd_ < 0) {
+    status_ = Status::Error(EIO, fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+    return;
+  }
+  while (::flock(fd_, LOCK_EX) != 0) {
+    if (errno == EINTR) continue;
+    status_ = Status::Error(EIO, fmt::format("cannot lock {}: {}", path, std::strerror(errno)));
+    ::close(fd_);
+    fd_ = -1;
+    return;
+  }
+}
+
+DirectoryLock::~DirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing lets go of the flock
+}
+
 Status Assign(in_addr address, uint16_t old_lid, uint16_t lid) {
   const std::string me = AddressText(address);
+  DirectoryLock lock;
+  if (!lock.status().ok()) return lock.status();
   if (auto holder = Read(LidFile(lid)); holder && holder->value != me) {
     return Status::Error(EADDRINUSE, fmt::format("LID {:#x} is already the LID of the port at {} (process {})",
                                                  lid, holder->value, holder->pid));
@@ -98,6 +128,7 @@ Status Assign(in_addr address, uint16_t old_lid, uint16_t lid) {
 
 void Release(in_addr address, uint16_t lid) {
   if (lid == DefaultLid(address)) return;
+  DirectoryLock lock;
   RemoveOwn(LidFile(lid));
   RemoveOwn(AddrFile(address));
 }

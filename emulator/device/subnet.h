@@ -44,6 +44,25 @@ uint32_t Resolve(in_addr own, uint16_t lid);
 // The directory in use (for messages and tests).
 std::string Directory();
 
+// Holds the directory's lock (flock on DIR/.lock) while it lives: a change
+// that reads a record and then replaces it (a dead process's record, a
+// LID) is one step to every other process that takes the lock. The kernel
+// lets go of it when the holder dies. Held for a few file operations only;
+// where the lock file cannot be made, ok() is false and nothing is held.
+class DirectoryLock {
+ public:
+  DirectoryLock();
+  ~DirectoryLock();
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+  const Status& status() const { return status_; }
+
+ private:
+  int fd_ = -1;
+  Status status_ = Status::Ok();
+};
+
 // Whether the process that wrote a record still runs. A process that has
 // exited but not been reaped yet (a zombie) does not: the kernel has
 // already closed its files, and with them its RDMA resources, as the

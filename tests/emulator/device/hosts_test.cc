@@ -8,10 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -152,6 +154,57 @@ TEST_F(HostsTest, AnUnreapedExitedProcessHoldsNothing) {
   EXPECT_TRUE(subnet::ProcessRunning(1)) << "init, another user's process: kill() says EPERM or 0";
   EXPECT_FALSE(subnet::ProcessRunning(0));
   EXPECT_FALSE(subnet::ProcessRunning(-1));
+}
+
+// Processes that start together at a shared address (rdma-core's RDMA CM
+// tests fork both sides at once) and find a dead process's record in the
+// way: each gets a slot of its own. Replacing the dead record was a check
+// then an unlink, so two claimers could both unlink and both hold slot 1,
+// and one's packets then went to the other. Without the directory's lock
+// this failed within 13 rounds in each of 5 runs.
+TEST_F(HostsTest, ProcessesClaimingADeadSlotAtOnceGetDistinctSlots) {
+  constexpr int kClaimers = 8;
+  constexpr int kRounds = 200;
+  for (int round = 0; round < kRounds; ++round) {
+    const std::string name = "slot-" + Text() + "-1";
+    WriteRecord(name, 41000, DeadPid());
+    int go[2], report[2], done[2];
+    ASSERT_EQ(::pipe(go), 0);
+    ASSERT_EQ(::pipe(report), 0);
+    ASSERT_EQ(::pipe(done), 0);
+    pid_t children[kClaimers];
+    for (int i = 0; i < kClaimers; ++i) {
+      children[i] = ::fork();
+      ASSERT_GE(children[i], 0);
+      if (children[i] == 0) {
+        ::close(go[1]);
+        ::close(done[1]);
+        char c;
+        (void)!::read(go[0], &c, 1);  // all start at once, when the parent closes `go`
+        auto slot = hosts::Claim(address_, static_cast<uint16_t>(42000 + i));
+        const uint8_t out = slot.ok() ? *slot : 0xff;
+        (void)!::write(report[1], &out, 1);
+        // Stay alive (the records stay live) until the parent has read all.
+        (void)!::read(done[0], &c, 1);
+        ::_exit(0);
+      }
+    }
+    ::close(go[0]);
+    ::close(report[1]);
+    ::close(done[0]);
+    ::close(go[1]);
+    std::vector<uint8_t> slots;
+    uint8_t slot;
+    while (slots.size() < kClaimers && ::read(report[0], &slot, 1) == 1) slots.push_back(slot);
+    ::close(report[0]);
+    ::close(done[1]);
+    for (pid_t child : children) ::waitpid(child, nullptr, 0);
+    ASSERT_EQ(slots.size(), size_t{kClaimers});
+    std::sort(slots.begin(), slots.end());
+    EXPECT_EQ(slots, (std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8})) << "round " << round;
+    if (::testing::Test::HasFailure()) break;
+    for (uint8_t k = 1; k <= kClaimers; ++k) ::unlink((dir_ + "/slot-" + Text() + "-" + std::to_string(k)).c_str());
+  }
 }
 
 // Two devices given one address: the second shares it at slot 1, on an
