@@ -164,7 +164,8 @@ for engine in uring epoll check-uring check-epoll; do
   fi
   failed_ids=()
   judge "$engine" "$out"
-  # What each failing test wrote (its traceback, the library's warnings):
+  # What each failing test wrote (its traceback, what its processes printed,
+  # the library's warnings):
   # run_suite.py marks the start of each test on stderr.
   for id in "${failed_ids[@]}"; do
     echo "--- $engine: stderr of $id:"

@@ -38,14 +38,21 @@ def main():
     sys.argv = [sys.argv[0]] + suite_args
     parser.parse_args()
 
+    # The RESULT lines keep stdout to themselves; whatever the tests print
+    # (pyverbs' RDMA CM sides print their exception to stdout before they
+    # exit) goes to stderr, between the START lines, beside its traceback.
+    results = os.fdopen(os.dup(1), 'w', buffering=1)
+    os.dup2(2, 1)
+
     loader = unittest.TestLoader()
     suite = unittest.TestSuite()
     for module in modules:
         # A module that does not import is a failure of the run, not a skip.
         suite.addTests(loader.loadTestsFromName(f'tests.{module}'))
-    result = Result()
+    result = Result(results)
     suite.run(result)
     sys.stdout.flush()
+    results.flush()
     return 0
 
 
@@ -53,13 +60,17 @@ class Result(unittest.TestResult):
     """Prints each outcome as it happens, so a crash mid-run (a signal in
     the library) still leaves the lines of the tests before it."""
 
+    def __init__(self, out):
+        super().__init__()
+        self._out = out
+
     def _line(self, test, outcome, reason=''):
         # id: tests.test_qp.QPTest.test_create_rc_qp_no_attr
         parts = test.id().split('.')
         module = parts[1] if len(parts) > 2 else parts[0]
         name = '.'.join(parts[2:]) if len(parts) > 2 else test.id()
         reason = ' '.join(str(reason).split())[:300]
-        print(f'RESULT {module} {name} {outcome} {reason}'.rstrip(), flush=True)
+        print(f'RESULT {module} {name} {outcome} {reason}'.rstrip(), file=self._out, flush=True)
 
     def startTest(self, test):
         super().startTest(test)
