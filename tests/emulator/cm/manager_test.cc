@@ -4,17 +4,21 @@
 #include "emulator/cm/manager.h"
 
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "emulator/cm/mad.h"
+#include "emulator/device/hosts.h"
 
 namespace rdmaemu::cm {
 namespace {
@@ -46,12 +50,13 @@ class Net {
   class Link : public Wire {
    public:
     Link(Net* net, uint32_t ip) : net_(net), ip_(ip) {}
-    void SendMad(uint8_t, uint32_t dst_ip, uint8_t, uint8_t, std::span<const uint8_t> mad) override {
+    void SendMad(uint8_t, uint32_t dst_ip, uint8_t dst_slot, uint8_t, std::span<const uint8_t> mad) override {
       Mad m{ip_, dst_ip, {}};
       std::memcpy(m.bytes.data(), mad.data(), m.bytes.size());
       std::lock_guard lock(net_->mu);
       const auto attribute = static_cast<uint16_t>(ConstMadHeaderView(mad.first(kMadHeaderBytes)).attribute_id());
       ++net_->sent[attribute];
+      net_->slots[attribute].push_back(dst_slot);
       net_->last[attribute] = m.bytes;
       if (net_->drop > 0) {
         --net_->drop;
@@ -97,6 +102,11 @@ class Net {
   int drop = 0;  // the next N MADs are lost
   std::map<uint16_t, int> sent;
   std::map<uint16_t, MadBytes> last;  // the last MAD sent of each attribute
+  std::map<uint16_t, std::vector<uint8_t>> slots;  // the host slot each was sent to, in order
+  std::vector<uint8_t> Slots(AttributeId id) {
+    std::lock_guard lock(mu);
+    return slots[static_cast<uint16_t>(id)];
+  }
   MadBytes Last(AttributeId id) {
     std::lock_guard lock(mu);
     return last[static_cast<uint16_t>(id)];
@@ -355,6 +365,31 @@ TEST_F(ManagerTest, LostReqIsRetried) {
   WaitFor(1, 1);
   ASSERT_EQ(Types(1), std::vector<int>{RDMAEMU_CM_EVENT_CONNECT_REQUEST});
   EXPECT_EQ(net_.Sent(AttributeId::kReq), 2);
+}
+
+// A REQ names a service; the process at the address that listens there is
+// looked up in the subnet directory (device/hosts.h) at every try, not only
+// at the first: Debian's qperf sends its client the port before its server
+// child listens, and a child at a host slot > 0 records its listener only
+// then, so the first REQ went to slot 0 and, before each retry looked
+// again, so did every retry.
+TEST_F(ManagerTest, ReqRetryGoesWhereTheListenerIsNowRecorded) {
+  const std::string dir = ::testing::TempDir() + "/manager-subnet-" + std::to_string(::getpid());
+  ::setenv("RDMAEMU_SUBNET_DIR", dir.c_str(), 1);
+  Listen();
+  net_.drop = 1;
+  Connect(2, 7471);
+  EXPECT_EQ(net_.Slots(AttributeId::kReq), std::vector<uint8_t>{0}) << "nobody recorded: slot 0's";
+  // The listener records itself after the first REQ left (the record is
+  // this process's, so it counts as live).
+  in_addr server{};
+  server.s_addr = Ip("127.0.0.2");
+  ASSERT_TRUE(device::hosts::Listen(server, RDMAEMU_CM_PS_TCP, 7471, 3).ok());
+  WaitFor(1, 1);
+  ASSERT_EQ(Types(1), std::vector<int>{RDMAEMU_CM_EVENT_CONNECT_REQUEST});
+  EXPECT_EQ(net_.Slots(AttributeId::kReq), (std::vector<uint8_t>{0, 3}));
+  device::hosts::StopListening(server, RDMAEMU_CM_PS_TCP, 7471);
+  ::unsetenv("RDMAEMU_SUBNET_DIR");
 }
 
 TEST_F(ManagerTest, NoAnswerEndsUnreachable) {
