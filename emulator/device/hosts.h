@@ -9,7 +9,9 @@
 // directory (subnet.h) beside the LID table:
 //   slot-a.b.c.d-K            "PORT pid"   slot K at a.b.c.d receives on PORT
 //   listen-a.b.c.d-PS-PORT    "K pid"      slot K listens there (RDMA CM)
-// Records of processes that are gone are ignored and replaced.
+// Records of processes that are gone are ignored and replaced, under the
+// directory's lock (subnet::DirectoryLock), so two processes that start
+// together never both take a dead one's slot.
 //
 // The slot travels in the identifiers a peer sends to, so the peer knows
 // which process of the address a packet is for, with no lookup on the
