@@ -1,5 +1,7 @@
 // DirectIo: recvmmsg and sendmmsg on the drive lock holder's thread.
 #include <netinet/in.h>
+#include <netinet/udp.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -32,14 +34,42 @@ uint8_t TosOf(const msghdr& msg) {
   return 0;
 }
 
+// The size of each datagram of a UDP GRO receive, 0 if it holds one.
+size_t GroSegmentOf(const msghdr& msg) {
+  for (const cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
+       c = CMSG_NXTHDR(const_cast<msghdr*>(&msg), const_cast<cmsghdr*>(c))) {
+    if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+      int segment;
+      std::memcpy(&segment, CMSG_DATA(c), sizeof(segment));
+      return segment > 0 ? static_cast<size_t>(segment) : 0;
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
+DirectIo::~DirectIo() {
+  if (buffers_ != nullptr) munmap(buffers_, size_t{kBatch} * kReceiveBufferBytes);
+}
+
 bool DirectIo::ReceiveAll(int fd, int owner, LoopHandler& handler, const std::atomic<bool>& stop) {
-  if (buffers_.empty()) buffers_.resize(size_t{kBatch} * kReceiveBufferBytes);
+  if (buffers_ == nullptr) {
+    // Mapped, not allocated: the kernel writes only what arrives, so the
+    // pages of room kept for GRO receives cost nothing until used.
+    void* p = mmap(nullptr, size_t{kBatch} * kReceiveBufferBytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      Add(counters_.receive_errors);
+      RDMAEMU_WARN_LIMITED("cannot map receive buffers: {}", ErrnoText(errno));
+      return false;
+    }
+    buffers_ = static_cast<uint8_t*>(p);
+  }
   bool delivered = false;
   for (int round = 0; round < kReceiveRounds && !stop.load(std::memory_order_relaxed); ++round) {
     for (int i = 0; i < kBatch; ++i) {
-      iovs_[i] = {buffers_.data() + static_cast<size_t>(i) * kReceiveBufferBytes, kReceiveBufferBytes};
+      iovs_[i] = {buffers_ + static_cast<size_t>(i) * kReceiveBufferBytes, kReceiveBufferBytes};
       msghdr& m = msgs_[i].msg_hdr;
       m = {};
       m.msg_name = &names_[i];
@@ -58,7 +88,7 @@ bool DirectIo::ReceiveAll(int fd, int owner, LoopHandler& handler, const std::at
       Log().debug("recvmmsg: {}", ErrnoText(errno));
       continue;
     }
-    size_t count = 0;
+    batch_.clear();
     uint64_t bytes = 0;
     for (int i = 0; i < n; ++i) {
       const msghdr& m = msgs_[i].msg_hdr;
@@ -67,19 +97,25 @@ bool DirectIo::ReceiveAll(int fd, int owner, LoopHandler& handler, const std::at
         RDMAEMU_WARN_LIMITED("dropped a datagram larger than {} bytes", kReceiveBufferBytes);
         continue;
       }
-      Datagram& d = batch_[count++];
+      Datagram d;
       d.src = names_[i];
       d.dst = DestinationOf(m);
       d.tos = TosOf(m);
-      d.data = {static_cast<const uint8_t*>(iovs_[i].iov_base), msgs_[i].msg_len};
       d.socket = owner;
+      const size_t segment = GroSegmentOf(m);
+      const std::span<const uint8_t> data{static_cast<const uint8_t*>(iovs_[i].iov_base), msgs_[i].msg_len};
+      if (segment != 0 && data.size() > segment) Add(counters_.gro_receives);
+      ForEachDatagram(data, segment, [&](std::span<const uint8_t> piece) {
+        d.data = piece;
+        batch_.push_back(d);
+      });
       bytes += msgs_[i].msg_len;
     }
-    if (count > 0 && !stop.load(std::memory_order_relaxed)) {
-      Add(counters_.datagrams_received, count);
+    if (!batch_.empty() && !stop.load(std::memory_order_relaxed)) {
+      Add(counters_.datagrams_received, batch_.size());
       Add(counters_.bytes_received, bytes);
       Add(counters_.batches);
-      handler.OnDatagrams(std::span<const Datagram>(batch_.data(), count));
+      handler.OnDatagrams(batch_);
       delivered = true;
     }
     if (n < kBatch) break;
@@ -100,18 +136,22 @@ bool DirectIo::Queue(int socket, const sockaddr_in& to, std::span<const iovec> i
 
 DirectIo::Flushed DirectIo::Flush(std::span<const int> fds, int* blocked_socket) {
   while (queue_size_ > 0) {
-    // One sendmmsg carries consecutive datagrams of one socket.
+    // One sendmmsg carries consecutive datagrams of one socket, runs of
+    // them as one GSO send each.
     const int socket = pool_[queue_[queue_head_]].socket;
     const int most = static_cast<int>(std::min<size_t>(queue_size_, kBatch));
+    auto id_at = [&](int k) { return queue_[(queue_head_ + k) % queue_.size()]; };
     int k = 0;
-    for (; k < most; ++k) {
-      const SendSlot& slot = pool_[queue_[(queue_head_ + k) % queue_.size()]];
-      if (slot.socket != socket) break;
+    for (int taken = 0; taken < most; ++k) {
+      if (pool_[id_at(taken)].socket != socket) break;
+      BuildGso(
+          pool_, [&](int j) { return id_at(taken + j); }, most - taken, gso_, &gso_messages_[k]);
       send_msgs_[k] = {};
-      send_msgs_[k].msg_hdr = slot.msg;
+      send_msgs_[k].msg_hdr = gso_messages_[k].msg;
+      taken += gso_messages_[k].count;
     }
     const int n = sendmmsg(fds[socket], send_msgs_.data(), k, MSG_DONTWAIT);
-    int done = n;
+    int done = 0;  // datagrams sent or dropped, from the head
     if (n < 0) {
       const int err = errno;
       if (err == EINTR) continue;
@@ -124,6 +164,12 @@ DirectIo::Flushed DirectIo::Flush(std::span<const int> fds, int* blocked_socket)
         Add(counters_.send_retries);
         return Flushed::kNoBuffers;
       }
+      if (gso_messages_[0].count > 1 && GsoRefused(err)) {
+        // The datagrams go again one by one: each then meets its own fate.
+        gso_ = false;
+        Log().info("UDP GSO refused by the kernel ({}): sending one datagram per packet", ErrnoText(err));
+        continue;
+      }
       // Refused for good (ECONNREFUSED from an ICMP error, EMSGSIZE, ...):
       // count it, drop that datagram and go on with the rest.
       Add(counters_.send_errors);
@@ -131,8 +177,12 @@ DirectIo::Flushed DirectIo::Flush(std::span<const int> fds, int* blocked_socket)
       done = 1;
     } else {
       uint64_t bytes = 0;
-      for (int i = 0; i < n; ++i) bytes += send_msgs_[i].msg_len;
-      Add(counters_.datagrams_sent, n);
+      for (int i = 0; i < n; ++i) {
+        bytes += send_msgs_[i].msg_len;
+        done += gso_messages_[i].count;
+        if (gso_messages_[i].count > 1) Add(counters_.gso_sends);
+      }
+      Add(counters_.datagrams_sent, done);
       Add(counters_.bytes_sent, bytes);
     }
     for (int i = 0; i < done; ++i) {

@@ -99,6 +99,7 @@ int SendPool::Acquire(int socket, const sockaddr_in& to, std::span<const iovec> 
     at += v.iov_len;
   }
   s.socket = socket;
+  s.tos = tos;
   s.to = to;
   s.iov = {s.bytes.data(), total};
   s.msg = {};
@@ -395,6 +396,8 @@ LoopStats LoopBase::stats() const {
   s.work_calls = counters_.work_calls.load(r);
   s.wakeups = counters_.wakeups.load(r);
   s.doorbell_writes = counters_.doorbell_writes.load(r);
+  s.gso_sends = counters_.gso_sends.load(r);
+  s.gro_receives = counters_.gro_receives.load(r);
   s.cpu_time = std::chrono::nanoseconds(CpuNanos());
   return s;
 }

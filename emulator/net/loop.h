@@ -95,19 +95,26 @@ struct LoopStats {
   uint64_t send_drops = 0;
   // Times a send found the socket buffer full (EAGAIN/ENOBUFS) and waited.
   uint64_t send_retries = 0;
-  // Receives that failed or were truncated (larger than kReceiveBufferBytes).
+  // Receives that failed or were truncated (larger than kReceiveBufferBytes,
+  // which no IPv4 datagram is).
   uint64_t receive_errors = 0;
   uint64_t batches = 0;          // OnDatagrams calls
   uint64_t work_calls = 0;       // OnWork calls
   uint64_t wakeups = 0;          // returns from a blocking wait in the kernel
   uint64_t doorbell_writes = 0;  // eventfd writes by Ring()
+  // Sends that carried several datagrams as one (UDP GSO), and receives
+  // that brought several (UDP GRO): each datagram is counted above too.
+  uint64_t gso_sends = 0;
+  uint64_t gro_receives = 0;
   // CPU time the loop thread has used (its final value once it has exited).
   std::chrono::nanoseconds cpu_time{0};
 };
 
-// Each receive buffer holds one datagram with its headers: a RoCEv2 packet of
-// the largest MTU (4096) with every header fits with room to spare.
-inline constexpr size_t kReceiveBufferBytes = 8192;
+// Each receive buffer holds the largest IPv4 UDP payload (65507 bytes) with
+// the sender's address and control messages: a UDP GRO receive, several
+// datagrams of one GSO send that the kernel kept together, fits whole.
+// Buffers are mapped, not written, until the kernel fills them.
+inline constexpr size_t kReceiveBufferBytes = 68 * 1024;
 // Datagrams queued or in the kernel's hands but not yet sent. A Send beyond
 // this is dropped and counted (send_drops), not queued: the transport above
 // is reliable (RC retransmits) and must not make the engine's memory grow
@@ -154,8 +161,9 @@ class Loop {
   // Spawns the thread. Call once.
   virtual void Start() = 0;
   // Wakes the thread and joins it. Idempotent; the destructor calls it.
-  // Once Stop has begun the handler is not called again. Datagrams still
-  // queued for sending are discarded.
+  // Once Stop has begun the handler is not called again. What the last
+  // round queued is still handed to the kernel; datagrams waiting for room
+  // in a full socket buffer are discarded.
   virtual void Stop() = 0;
   // Any thread: asks for an OnWork call soon. Costs no system call while the
   // loop is awake; writes the doorbell eventfd only when it sleeps.

@@ -6,13 +6,16 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -44,6 +47,8 @@ struct Counters {
   std::atomic<uint64_t> work_calls{0};
   std::atomic<uint64_t> wakeups{0};
   std::atomic<uint64_t> doorbell_writes{0};  // any thread: fetch_add
+  std::atomic<uint64_t> gso_sends{0};
+  std::atomic<uint64_t> gro_receives{0};
 };
 
 inline void Add(std::atomic<uint64_t>& counter, uint64_t n = 1) {
@@ -54,6 +59,7 @@ inline void Add(std::atomic<uint64_t>& counter, uint64_t n = 1) {
 // points at them, stable in memory while the kernel holds it.
 struct SendSlot {
   int socket = 0;  // which of the loop's sockets sends it
+  uint8_t tos = 0;
   sockaddr_in to{};
   iovec iov{};
   msghdr msg{};
@@ -80,6 +86,45 @@ class SendPool {
   std::vector<int> free_;
 };
 
+// UDP GSO (UDP_SEGMENT): consecutive datagrams of one socket to one
+// unicast destination with one TOS, each the size of the first but the
+// last (which may be shorter), leave in one send and cross the kernel's
+// stack as one packet, which the kernel cuts into the datagrams again at
+// the receiving socket (or, one with UDP_GRO on, hands it over whole). The
+// packets of one RDMA message are such a run.
+inline constexpr int kMaxGsoSegments = 64;  // UDP_MAX_SEGMENTS before Linux 6.9
+inline constexpr size_t kMaxGsoBytes = 65507;  // an IPv4 datagram's payload
+
+// One send of one or more queued datagrams.
+struct GsoMessage {
+  msghdr msg{};
+  int count = 0;  // datagrams it carries, from the first
+  std::array<iovec, kMaxGsoSegments> iov{};
+  // UDP_SEGMENT and IP_TOS.
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int))]{};
+};
+
+// Fills `out` with the longest run of slots, `id_at(0)`, `id_at(1)`, ...
+// (at most `available`), that can leave as one GSO send. With `gso` false,
+// or a run of one, `out` is the first slot's own message.
+void BuildGso(SendPool& pool, const std::function<int(int)>& id_at, int available, bool gso,
+              GsoMessage* out);
+// The datagrams of one receive: `data` itself, or, where UDP GRO kept
+// several together (`segment` > 0, from the UDP_GRO control message), its
+// pieces of `segment` bytes, the last one shorter or equal.
+template <typename F>
+void ForEachDatagram(std::span<const uint8_t> data, size_t segment, F&& each) {
+  if (segment == 0 || data.size() <= segment) {
+    each(data);
+    return;
+  }
+  for (size_t at = 0; at < data.size(); at += segment) each(data.subspan(at, std::min(segment, data.size() - at)));
+}
+
+// Whether a GSO send failed with `err` because of GSO itself (a kernel or
+// route without it), so that the same datagrams sent one by one may not.
+bool GsoRefused(int err);
+
 // Receiving and sending with plain system calls: recvmmsg batches per
 // socket, sendmmsg batches of consecutive datagrams for one socket, from a
 // FIFO of SendPool slots. All of the epoll backend's I/O, and what any
@@ -90,6 +135,9 @@ class DirectIo {
   static constexpr int kBatch = 64;  // datagrams per recvmmsg / sendmmsg
 
   explicit DirectIo(Counters& counters) : counters_(counters) {}
+  ~DirectIo();
+  DirectIo(const DirectIo&) = delete;
+  DirectIo& operator=(const DirectIo&) = delete;
 
   // Receives what `fd` holds (at most kReceiveRounds batches) as socket
   // `owner`'s and hands each batch to `handler`; true if any was delivered.
@@ -108,20 +156,23 @@ class DirectIo {
  private:
   static constexpr int kReceiveRounds = 16;  // recvmmsg calls per drain, then others get a turn
 
-  // Room for the IP_PKTINFO and IP_TOS control messages, aligned for cmsghdr.
+  // Room for the IP_PKTINFO, IP_TOS and UDP_GRO control messages, aligned
+  // for cmsghdr.
   union Control {
     cmsghdr align;
-    char bytes[CMSG_SPACE(sizeof(in_pktinfo)) + CMSG_SPACE(sizeof(int))];
+    char bytes[CMSG_SPACE(sizeof(in_pktinfo)) + 2 * CMSG_SPACE(sizeof(int))];
   };
 
   Counters& counters_;
-  std::vector<uint8_t> buffers_;  // kBatch receive buffers, mapped on first use
+  uint8_t* buffers_ = nullptr;  // kBatch receive buffers, mapped on first use
   std::array<sockaddr_in, kBatch> names_{};
   std::array<Control, kBatch> controls_{};
   std::array<iovec, kBatch> iovs_{};
   std::array<mmsghdr, kBatch> msgs_{};
-  std::array<Datagram, kBatch> batch_{};
+  std::vector<Datagram> batch_;  // one receive may hold many (UDP GRO)
   std::array<mmsghdr, kBatch> send_msgs_{};
+  std::array<GsoMessage, kBatch> gso_messages_{};  // what send_msgs_[k] carries
+  bool gso_ = true;  // off once the kernel refused a GSO send
   SendPool pool_;
   // FIFO of slot ids waiting to be sent: a ring of kMaxPendingSends entries.
   std::vector<int> queue_ = std::vector<int>(kMaxPendingSends);

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/udp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -105,6 +106,13 @@ Result<UdpSocket> UdpSocket::Open(const UdpSocketOptions& options) {
   }
   if (int err = SetInt(fd.get(), IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO); err != 0) {
     return Failed(-err, "cannot set IP_MTU_DISCOVER");
+  }
+  // UDP GRO: the datagrams of a GSO send (the packets of one message, loop.h)
+  // arrive in one receive where the kernel can keep them together, as on
+  // loopback; the loops cut them apart. A kernel without it (before 5.0)
+  // hands them over one by one.
+  if (int err = SetInt(fd.get(), SOL_UDP, UDP_GRO, 1); err != 0) {
+    Log().debug("UDP_GRO: {}", ErrnoText(-err));
   }
   SetBuffer(fd.get(), SO_RCVBUFFORCE, SO_RCVBUF, options.buffer_bytes);
   SetBuffer(fd.get(), SO_SNDBUFFORCE, SO_SNDBUF, options.buffer_bytes);

@@ -9,6 +9,9 @@
 //              taken); no datagram is lost then, they wait in the socket.
 //   kDoorbell  a read of the doorbell eventfd, re-armed after each completion.
 //   kSend      one sendmsg per datagram; the slot is its SendPool index.
+//   kSendGso   one sendmsg of several datagrams (UDP GSO, BuildGso); the
+//              slot is its GsoBatch index. Sends are queued in pending_
+//              and made into requests just before the ring is submitted.
 //   kCancel    the cancel-everything request of Drain(), and the cancel of
 //              a socket's receive while applications drive.
 // The deadline is the timeout of the wait itself (IORING_FEAT_EXT_ARG), so
@@ -25,6 +28,7 @@
 // and die with it. Create therefore only probes the kernel; Run arms.
 #include <liburing.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -35,6 +39,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "emulator/base/log.h"
@@ -52,7 +57,7 @@ constexpr unsigned kCqeBatch = 128;
 constexpr int kReapRounds = 8;  // CQE batches per wakeup, then the handler gets a turn
 constexpr std::chrono::seconds kDrainTimeout{2};
 
-enum Kind : uint64_t { kRecv = 1, kDoorbell = 2, kSend = 3, kCancel = 4 };
+enum Kind : uint64_t { kRecv = 1, kDoorbell = 2, kSend = 3, kCancel = 4, kSendGso = 5 };
 constexpr uint64_t Tag(Kind kind, uint32_t slot = 0) { return uint64_t{kind} << 32 | slot; }
 
 // Anonymous memory, page-aligned as the buffer ring requires.
@@ -201,7 +206,8 @@ class UringLoop final : public LoopBase {
   UringLoop(std::vector<UdpSocket> sockets, LoopHandler* handler, std::unique_ptr<UringState> u)
       : LoopBase(Backend::kUring, std::move(sockets), handler, u->doorbell), u_(std::move(u)) {
     recv_msg_.msg_namelen = sizeof(sockaddr_in);
-    recv_msg_.msg_controllen = CMSG_SPACE(sizeof(in_pktinfo)) + CMSG_SPACE(sizeof(int));
+    // IP_PKTINFO, IP_TOS and UDP_GRO.
+    recv_msg_.msg_controllen = CMSG_SPACE(sizeof(in_pktinfo)) + 2 * CMSG_SPACE(sizeof(int));
   }
 
   ~UringLoop() override { Stop(); }
@@ -222,6 +228,8 @@ class UringLoop final : public LoopBase {
   struct Received {
     uint16_t bid;
     Datagram datagram;
+    // One per buffer gives it back: a GRO receive is several datagrams.
+    bool owns_buffer = true;
   };
 
   void Run() override;
@@ -233,6 +241,9 @@ class UringLoop final : public LoopBase {
   void ApplyGroupChanges();
   void ArmDoorbell();
   void SubmitSend(int id);
+  // Makes the queued sends into requests, runs of them as GSO sends.
+  void SubmitPending();
+  void SubmitBatch(int batch);
   void RetrySends();
   // Consumes completions, a batch at a time with one CQ advance each. Never
   // calls the handler (Send calls it to free slots), so it only queues
@@ -240,6 +251,7 @@ class UringLoop final : public LoopBase {
   void Reap();
   void HandleRecv(const io_uring_cqe& cqe);
   void HandleSend(const io_uring_cqe& cqe);
+  void HandleGsoSend(const io_uring_cqe& cqe);
   // Hands rx_ to the handler, then gives the buffers back to the kernel.
   bool Deliver();
   void ReturnBuffers(std::span<const uint16_t> bids);
@@ -276,6 +288,16 @@ class UringLoop final : public LoopBase {
   std::vector<uint16_t> returning_;
   std::vector<int> retry_;
   SendPool pool_;
+  std::vector<int> pending_;  // slots queued by Send, not yet requests
+  // Several datagrams sent as one: the message and the slots it carries.
+  struct GsoBatch {
+    GsoMessage message;
+    std::vector<int> ids;
+  };
+  std::vector<std::unique_ptr<GsoBatch>> batches_;
+  std::vector<int> free_batches_;
+  std::vector<int> retry_batches_;
+  bool gso_ = true;  // off once the kernel refused a GSO send
 };
 
 void UringLoop::Run() {
@@ -336,6 +358,7 @@ void UringLoop::Run() {
       // completion of this round caused (an application thread polled it and
       // posted) must not overtake the ACK that came with that completion, as
       // no NIC lets it (rping's client reuses its send buffer on the reply).
+      SubmitPending();
       if (sends_unsubmitted_) io_uring_submit(&u_->ring);
       sends_unsubmitted_ = false;
       // Drivers never touch the ring, so it needs no lock while we wait.
@@ -363,6 +386,7 @@ void UringLoop::Run() {
       AcquireDrive();
       AfterSleep();
     } else {
+      SubmitPending();
       io_uring_submit(&u_->ring);
       sends_unsubmitted_ = false;
       // A driver waiting for the lock gets its turn.
@@ -373,6 +397,12 @@ void UringLoop::Run() {
     const bool delivered = Deliver();
     MaybeWork(delivered);
   }
+  // What the last round queued still leaves, before Drain cancels what the
+  // kernel holds: a program that exits right after its last completion
+  // owes its peer the ACK that came with it (a peer left without it
+  // retransmits into a closed port until its retry count runs out).
+  SubmitPending();
+  if (sends_unsubmitted_) io_uring_submit(&u_->ring);
   ReleaseToSleep(std::nullopt);
   Drain();
 }
@@ -460,6 +490,7 @@ void UringLoop::Send(int socket, const sockaddr_in& to, std::span<const iovec> i
   if (id < 0) {
     // Every slot is taken, most of them probably by sends the kernel has
     // finished but whose completions wait in the CQ: collect those first.
+    SubmitPending();
     io_uring_submit(&u_->ring);
     Reap();
     id = pool_.Acquire(socket, to, iov, tos);
@@ -468,7 +499,43 @@ void UringLoop::Send(int socket, const sockaddr_in& to, std::span<const iovec> i
     Add(counters().send_drops);
     return;
   }
-  SubmitSend(id);
+  pending_.push_back(id);
+}
+
+void UringLoop::SubmitPending() {
+  size_t at = 0;
+  while (at < pending_.size()) {
+    auto id_at = [&](int k) { return pending_[at + static_cast<size_t>(k)]; };
+    int batch;
+    if (!free_batches_.empty()) {
+      batch = free_batches_.back();
+      free_batches_.pop_back();
+    } else {
+      batch = static_cast<int>(batches_.size());
+      batches_.push_back(std::make_unique<GsoBatch>());
+    }
+    GsoBatch& b = *batches_[batch];
+    BuildGso(pool_, id_at, static_cast<int>(pending_.size() - at), gso_, &b.message);
+    if (b.message.count == 1) {
+      free_batches_.push_back(batch);
+      SubmitSend(pending_[at++]);
+      continue;
+    }
+    b.ids.assign(pending_.begin() + static_cast<ptrdiff_t>(at),
+                 pending_.begin() + static_cast<ptrdiff_t>(at) + b.message.count);
+    at += static_cast<size_t>(b.message.count);
+    SubmitBatch(batch);
+  }
+  pending_.clear();
+}
+
+void UringLoop::SubmitBatch(int batch) {
+  GsoBatch& b = *batches_[batch];
+  io_uring_sqe* sqe = GetSqe();
+  io_uring_prep_sendmsg(sqe, socket_fd(pool_[b.ids[0]].socket), &b.message.msg, 0);
+  io_uring_sqe_set_data64(sqe, Tag(kSendGso, static_cast<uint32_t>(batch)));
+  ++inflight_;
+  sends_unsubmitted_ = true;
 }
 
 void UringLoop::SubmitSend(int id) {
@@ -483,6 +550,9 @@ void UringLoop::RetrySends() {
   std::vector<int> again;
   again.swap(retry_);
   for (int id : again) SubmitSend(id);
+  std::vector<int> batches;
+  batches.swap(retry_batches_);
+  for (int batch : batches) SubmitBatch(batch);
 }
 
 void UringLoop::Reap() {
@@ -503,6 +573,9 @@ void UringLoop::Reap() {
           break;
         case kSend:
           HandleSend(cqe);
+          break;
+        case kSendGso:
+          HandleGsoSend(cqe);
           break;
         case kCancel:
           break;
@@ -560,6 +633,7 @@ void UringLoop::HandleRecv(const io_uring_cqe& cqe) {
     return;
   }
   Received r{bid, {}};
+  size_t segment = 0;  // UDP GRO: the size of each datagram of the receive
   r.datagram.socket = socket;
   std::memcpy(&r.datagram.src, io_uring_recvmsg_name(out), sizeof(sockaddr_in));
   r.datagram.dst.s_addr = INADDR_ANY;
@@ -571,11 +645,20 @@ void UringLoop::HandleRecv(const io_uring_cqe& cqe) {
       r.datagram.dst = info.ipi_addr;
     } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) {
       r.datagram.tos = *CMSG_DATA(c);
+    } else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+      int value;
+      std::memcpy(&value, CMSG_DATA(c), sizeof(value));
+      segment = value > 0 ? static_cast<size_t>(value) : 0;
     }
   }
-  r.datagram.data = {static_cast<const uint8_t*>(io_uring_recvmsg_payload(out, &recv_msg_)),
-                     io_uring_recvmsg_payload_length(out, cqe.res, &recv_msg_)};
-  rx_.push_back(r);
+  const std::span<const uint8_t> data{static_cast<const uint8_t*>(io_uring_recvmsg_payload(out, &recv_msg_)),
+                                      io_uring_recvmsg_payload_length(out, cqe.res, &recv_msg_)};
+  if (segment != 0 && data.size() > segment) Add(counters().gro_receives);
+  ForEachDatagram(data, segment, [&](std::span<const uint8_t> piece) {
+    r.datagram.data = piece;
+    r.owns_buffer = piece.data() == data.data();
+    rx_.push_back(r);
+  });
 }
 
 void UringLoop::HandleSend(const io_uring_cqe& cqe) {
@@ -599,6 +682,48 @@ void UringLoop::HandleSend(const io_uring_cqe& cqe) {
   pool_.Release(id);
 }
 
+void UringLoop::HandleGsoSend(const io_uring_cqe& cqe) {
+  const int batch = static_cast<int>(cqe.user_data & 0xffffffff);
+  GsoBatch& b = *batches_[batch];
+  --inflight_;
+  size_t resend_from = b.ids.size();  // the slots that go again, one by one
+  if (cqe.res >= 0) {
+    Add(counters().datagrams_sent, b.ids.size());
+    Add(counters().bytes_sent, static_cast<uint64_t>(cqe.res));
+    Add(counters().gso_sends);
+  } else if ((cqe.res == -EAGAIN || cqe.res == -ENOBUFS) && !stop_requested()) {
+    Add(counters().send_retries);
+    retry_batches_.push_back(batch);
+    SetRetryAt(Clock::now() + kSendRetryDelay);
+    return;
+  } else if (cqe.res != -ECANCELED && !stop_requested()) {
+    if (GsoRefused(-cqe.res)) {
+      // Each datagram then meets its own fate.
+      if (gso_) Log().info("UDP GSO refused by the kernel ({}): sending one datagram per packet", ErrnoText(-cqe.res));
+      gso_ = false;
+      resend_from = 0;
+    } else {
+      // Refused for good (ECONNREFUSED from an ICMP error): the first
+      // datagram is dropped, as a single send's would be.
+      Add(counters().send_errors);
+      Log().debug("sendmsg to {}: {}", ToString(pool_[b.ids[0]].to), ErrnoText(-cqe.res));
+      resend_from = 1;
+    }
+  }
+  // Reap never submits (a full SQ would make it reap inside itself): the
+  // slots that go again are sent by the next round.
+  for (size_t i = 0; i < b.ids.size(); ++i) {
+    if (i >= resend_from) {
+      retry_.push_back(b.ids[i]);
+    } else {
+      pool_.Release(b.ids[i]);
+    }
+  }
+  if (resend_from < b.ids.size()) SetRetryAt(Clock::now());
+  b.ids.clear();
+  free_batches_.push_back(batch);
+}
+
 bool UringLoop::Deliver() {
   bool delivered = false;
   if (stop_requested()) rx_.clear();  // Drain returns the buffers with the ring
@@ -617,7 +742,9 @@ bool UringLoop::Deliver() {
     Add(counters().batches);
     handler().OnDatagrams(batch_);
     returning_.clear();
-    for (const Received& r : delivering_) returning_.push_back(r.bid);
+    for (const Received& r : delivering_) {
+      if (r.owns_buffer) returning_.push_back(r.bid);
+    }
     ReturnBuffers(returning_);
     delivering_.clear();
     delivered = true;
