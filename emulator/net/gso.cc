@@ -1,4 +1,6 @@
 // BuildGso: which queued datagrams leave together as one UDP GSO send.
+// Runs on the thread that flushes the sends: the loop thread, or an
+// application thread that drives (Loop::Drive).
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <sys/socket.h>
