@@ -27,9 +27,9 @@ void BuildGso(SendPool& pool, const std::function<int(int)>& id_at, int availabl
   SendSlot& first = pool[id_at(0)];
   out->count = 1;
   out->msg = first.msg;
-  // A group's datagrams go out one by one: the kernel loops multicast back
-  // to local members as a copy of what was sent, and a member without
-  // UDP_GRO would be handed the whole.
+  // A group's datagrams go out one by one: its members' sockets
+  // (UdpSocket::OpenGroup) do not turn on UDP_GRO, and multicast with GSO
+  // (looped back to local members as a copy) was never tried.
   if (!gso || Multicast(first.to)) return;
   const size_t segment = first.bytes.size();
   if (segment == 0 || segment > kMaxGsoBytes / 2) return;
