@@ -14,37 +14,32 @@
 namespace rdmaemu::net::internal {
 namespace {
 
-in_addr DestinationOf(const msghdr& msg) {
+// What a receive's control messages say, read in one walk: the destination
+// address (IP_PKTINFO), the TOS byte, and the size of each datagram of a
+// UDP GRO receive (0 if it holds one).
+struct ControlFields {
+  in_addr dst{INADDR_ANY};
+  uint8_t tos = 0;
+  size_t gro_segment = 0;
+};
+
+ControlFields ReadControl(const msghdr& msg) {
+  ControlFields out;
   for (const cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
        c = CMSG_NXTHDR(const_cast<msghdr*>(&msg), const_cast<cmsghdr*>(c))) {
     if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
       in_pktinfo info;
       std::memcpy(&info, CMSG_DATA(c), sizeof(info));
-      return info.ipi_addr;
-    }
-  }
-  return in_addr{INADDR_ANY};
-}
-
-uint8_t TosOf(const msghdr& msg) {
-  for (const cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
-       c = CMSG_NXTHDR(const_cast<msghdr*>(&msg), const_cast<cmsghdr*>(c))) {
-    if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) return *CMSG_DATA(c);
-  }
-  return 0;
-}
-
-// The size of each datagram of a UDP GRO receive, 0 if it holds one.
-size_t GroSegmentOf(const msghdr& msg) {
-  for (const cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
-       c = CMSG_NXTHDR(const_cast<msghdr*>(&msg), const_cast<cmsghdr*>(c))) {
-    if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+      out.dst = info.ipi_addr;
+    } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) {
+      out.tos = *CMSG_DATA(c);
+    } else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
       int segment;
       std::memcpy(&segment, CMSG_DATA(c), sizeof(segment));
-      return segment > 0 ? static_cast<size_t>(segment) : 0;
+      out.gro_segment = segment > 0 ? static_cast<size_t>(segment) : 0;
     }
   }
-  return 0;
+  return out;
 }
 
 }  // namespace
@@ -97,12 +92,13 @@ bool DirectIo::ReceiveAll(int fd, int owner, LoopHandler& handler, const std::at
         RDMAEMU_WARN_LIMITED("dropped a datagram larger than {} bytes", kReceiveBufferBytes);
         continue;
       }
+      const ControlFields control = ReadControl(m);
       Datagram d;
       d.src = names_[i];
-      d.dst = DestinationOf(m);
-      d.tos = TosOf(m);
+      d.dst = control.dst;
+      d.tos = control.tos;
       d.socket = owner;
-      const size_t segment = GroSegmentOf(m);
+      const size_t segment = control.gro_segment;
       const std::span<const uint8_t> data{static_cast<const uint8_t*>(iovs_[i].iov_base), msgs_[i].msg_len};
       if (segment != 0 && data.size() > segment) Add(counters_.gro_receives);
       ForEachDatagram(data, segment, [&](std::span<const uint8_t> piece) {
