@@ -5,8 +5,12 @@
 // an armed pair, PATH_MIG_ERR when no migration is possible.
 #include <rdmaemu/rdmaemu.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -45,6 +49,27 @@ class TwoPortTest : public RcPairTest {
       EXPECT_EQ(rdmaemu_set_port_state(ctx_, 2, IBV_PORT_ACTIVE), 0);
     }
     RcPairTest::TearDown();
+  }
+
+  // A RoCE v2 ACK (BTH and AETH) to `dest_qpn` at the address of `gid`, sent
+  // from a socket of this test's own, as a stray from another process.
+  static void SendStrayAck(const ibv_gid& gid, uint32_t dest_qpn) {
+    uint8_t packet[16 + 4]{};
+    packet[0] = 0x11;  // RC ACKNOWLEDGE
+    packet[2] = 0xff;  // P_Key 0xffff
+    packet[3] = 0xff;
+    packet[5] = static_cast<uint8_t>(dest_qpn >> 16);
+    packet[6] = static_cast<uint8_t>(dest_qpn >> 8);
+    packet[7] = static_cast<uint8_t>(dest_qpn);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(4791);
+    std::memcpy(&to.sin_addr, gid.raw + 12, 4);
+    const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+    ASSERT_GE(fd, 0);
+    EXPECT_EQ(::sendto(fd, packet, sizeof packet, 0, reinterpret_cast<sockaddr*>(&to), sizeof to),
+              static_cast<ssize_t>(sizeof packet));
+    ::close(fd);
   }
 
   static ibv_qp_attr AltPath(const ibv_gid& dgid, uint8_t port, uint8_t timeout) {
@@ -186,9 +211,22 @@ TEST_F(TwoPortTest, FaultRulesForPort2ActOnPort2sTrafficBothWays) {
   ASSERT_EQ(rdmaemu_fault_add(ctx_, "drop@port=1,op=RDMA_WRITE_ONLY"), 0);
   // The first packet port 2 sends is corrupted (b drops it for its ICRC on
   // port 1); the first one port 2 receives (b's ACK of the retransmission)
-  // is lost: a retransmits twice, and b sees a duplicate.
+  // is lost: a retransmits twice, and b sees a duplicate. The receive rule
+  // names a's QP and the ACK: port 2's automatic address may have been
+  // another process's a moment ago, and a packet still on its way to that
+  // one (a retransmission to a peer that exited) would otherwise be the
+  // "first" packet port 2 receives, as it was once in CI.
   ASSERT_EQ(rdmaemu_fault_add(ctx_, "corrupt=#1@port=2"), 0);
-  ASSERT_EQ(rdmaemu_fault_add(ctx_, "drop=#1@port=2,dir=rx"), 0);
+  ASSERT_EQ(rdmaemu_fault_add(ctx_, ("drop=#1@port=2,dir=rx,op=ACK,qpn=" + std::to_string(a->qp_num)).c_str()), 0);
+  // Such a stray: an ACK for a QP nobody here has, which the rule must let
+  // pass (it is then dropped for its ICRC, which it lacks).
+  const rdmaemu_counters before_stray = PortCounters(2);
+  SendStrayAck(Gid(2), 0xabcde);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (PortCounters(2).dropped_icrc == before_stray.dropped_icrc && std::chrono::steady_clock::now() < until) {
+  }
+  ASSERT_EQ(PortCounters(2).dropped_icrc, before_stray.dropped_icrc + 1);
+  ASSERT_EQ(PortCounters(2).fault_dropped, before_stray.fault_dropped);
   const rdmaemu_counters p1 = PortCounters(1), p2 = PortCounters(2);
   Fill(0, 512, 21);
   ASSERT_EQ(PostWrite(a, 7, 0, 1 << 17, 512), 0);
