@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <mutex>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -85,7 +87,30 @@ std::string Directory() {
 
 uint16_t DefaultLid(in_addr address) { return static_cast<uint16_t>(ntohl(address.s_addr) & 0xffff); }
 
+namespace {
+
+// Held by a thread for as long as it holds a DirectoryLock, and by fork()
+// (pthread_atfork) while it copies the process. A flock belongs to the open
+// file description, which a fork child shares: a child forked while a
+// thread held the lock would keep it held until the child exits or execs,
+// and every other process would wait for it. With this, no DirectoryLock's
+// file is open while fork copies the fds. Registered when the library
+// loads, before the engine's handlers (engine.cc, registered on first use),
+// so that fork takes it last, after the locks a DirectoryLock is taken
+// under (prepare handlers run in reverse order of registration).
+std::mutex& ForkMutex() {
+  static std::mutex* mu = new std::mutex();  // never destroyed: a detached thread may hold it at exit
+  return *mu;
+}
+[[maybe_unused]] const bool kForkHandlers = [] {
+  ::pthread_atfork([] { ForkMutex().lock(); }, [] { ForkMutex().unlock(); }, [] { ForkMutex().unlock(); });
+  return true;
+}();
+
+}  // namespace
+
 DirectoryLock::DirectoryLock() {
+  ForkMutex().lock();
   const std::string dir = Directory();
   if (status_ = EnsureDirectory(dir); !status_.ok()) return;
   const std::string path = dir + "/.lock";
@@ -105,6 +130,7 @@ DirectoryLock::DirectoryLock() {
 
 DirectoryLock::~DirectoryLock() {
   if (fd_ >= 0) ::close(fd_);  // closing lets go of the flock
+  ForkMutex().unlock();
 }
 
 Status Assign(in_addr address, uint16_t old_lid, uint16_t lid) {

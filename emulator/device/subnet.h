@@ -49,6 +49,8 @@ std::string Directory();
 // LID) is one step to every other process that takes the lock. The kernel
 // lets go of it when the holder dies. Held for a few file operations only;
 // where the lock file cannot be made, ok() is false and nothing is held.
+// Threads of one process take it one at a time, and fork() waits for the
+// holder to let go, so a fork child never inherits it (subnet.cc).
 class DirectoryLock {
  public:
   DirectoryLock();

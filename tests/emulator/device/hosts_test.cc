@@ -3,16 +3,23 @@
 #include "emulator/device/hosts.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -205,6 +212,41 @@ TEST_F(HostsTest, ProcessesClaimingADeadSlotAtOnceGetDistinctSlots) {
     if (::testing::Test::HasFailure()) break;
     for (uint8_t k = 1; k <= kClaimers; ++k) ::unlink((dir_ + "/slot-" + Text() + "-" + std::to_string(k)).c_str());
   }
+}
+
+// A process forked while one of its threads holds the directory's lock
+// must not take the lock's file along: a flock belongs to the open file,
+// which the child would share, and every other process would then wait
+// for the lock until the child exits or execs. fork() waits for the holder
+// to let go instead.
+TEST_F(HostsTest, AForkChildDoesNotKeepTheDirectoryLockItsParentHeld) {
+  std::atomic<bool> held{false};
+  std::thread holder([&] {
+    subnet::DirectoryLock lock;
+    ASSERT_TRUE(lock.status().ok()) << lock.status().message();
+    held = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  });
+  while (!held) std::this_thread::yield();
+  int done[2];
+  ASSERT_EQ(::pipe(done), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(done[1]);
+    char c;
+    (void)!::read(done[0], &c, 1);  // alive, with whatever fds it got, until the parent is done
+    ::_exit(0);
+  }
+  ::close(done[0]);
+  holder.join();
+  // Another process's view: a new open of the lock file, not blocking.
+  const int fd = ::open((dir_ + "/.lock").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0) << "the child still holds the lock: " << std::strerror(errno);
+  ::close(fd);
+  ::close(done[1]);
+  ::waitpid(child, nullptr, 0);
 }
 
 // Two devices given one address: the second shares it at slot 1, on an
