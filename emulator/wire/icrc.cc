@@ -109,6 +109,72 @@ __attribute__((target("pclmul"))) uint32_t UpdateClmul(uint32_t reg, const uint8
   return UpdateTable(UpdateTable(0, rest, sizeof(rest)), p, n);
 }
 
+// The same with 256-bit lanes (VPCLMULQDQ on AVX2): four lanes absorb 128
+// bytes a step, each half of a lane folded by x^(1024+32) and x^(1024-32);
+// the lanes then fold into one by 32 bytes a step, and its two halves by
+// 16 bytes. Needs n >= 128.
+// The constants are x^(D+32) and x^(D-32) mod P, bit-reflected and shifted
+// left by one, as the 512- and 128-bit ones above (which the same formula
+// gives): D = 1024 for the lanes, 256 to fold them together.
+constexpr int64_t kFold1024Lo = 0x1e88ef372;
+constexpr int64_t kFold1024Hi = 0x14a7fe880;
+constexpr int64_t kFold256Lo = 0x0f1da05aa;
+constexpr int64_t kFold256Hi = 0x15a546366;
+
+__attribute__((target("avx2,pclmul,vpclmulqdq"))) inline __m256i Fold256(__m256i lane, __m256i k, __m256i next) {
+  const __m256i lo = _mm256_clmulepi64_epi128(lane, k, 0x00);
+  const __m256i hi = _mm256_clmulepi64_epi128(lane, k, 0x11);
+  return _mm256_xor_si256(_mm256_xor_si256(lo, hi), next);
+}
+
+__attribute__((target("avx2,pclmul,vpclmulqdq"))) inline __m256i Load256(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+__attribute__((target("avx2,pclmul,vpclmulqdq"))) uint32_t UpdateVclmul(uint32_t reg, const uint8_t* p,
+                                                                         size_t n) {
+  const __m256i k1024 = _mm256_set_epi64x(kFold1024Hi, kFold1024Lo, kFold1024Hi, kFold1024Lo);
+  const __m256i k256 = _mm256_set_epi64x(kFold256Hi, kFold256Lo, kFold256Hi, kFold256Lo);
+  __m256i x0 = _mm256_xor_si256(Load256(p), _mm256_zextsi128_si256(_mm_cvtsi32_si128(static_cast<int>(reg))));
+  __m256i x1 = Load256(p + 32);
+  __m256i x2 = Load256(p + 64);
+  __m256i x3 = Load256(p + 96);
+  p += 128;
+  n -= 128;
+  while (n >= 128) {
+    x0 = Fold256(x0, k1024, Load256(p));
+    x1 = Fold256(x1, k1024, Load256(p + 32));
+    x2 = Fold256(x2, k1024, Load256(p + 64));
+    x3 = Fold256(x3, k1024, Load256(p + 96));
+    p += 128;
+    n -= 128;
+  }
+  const __m256i y = Fold256(Fold256(Fold256(x0, k256, x1), k256, x2), k256, x3);
+  const __m128i k128 = _mm_set_epi64x(kFold128Hi, kFold128Lo);
+  __m128i x = Fold(_mm256_castsi256_si128(y), k128, _mm256_extracti128_si256(y, 1));
+  // Clear the upper halves of the 256-bit registers before any SSE code
+  // runs: the compiler does not insert VZEROUPPER in a function that gets
+  // AVX from a target attribute, and legacy SSE instructions after dirty
+  // upper halves pay a state transition. Without it every caller's next SSE
+  // instruction stalled: the ICRC of a 4 KiB packet took 360 ns, where the
+  // CRC of its bytes took 175.
+  _mm256_zeroupper();
+  while (n >= 16) {
+    x = Fold(x, k128, Load128(p));
+    p += 16;
+    n -= 16;
+  }
+  alignas(16) uint8_t rest[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(rest), x);
+  return UpdateTable(UpdateTable(0, rest, sizeof(rest)), p, n);
+}
+
+bool CpuHasVclmul() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("avx2");
+}
+const bool kHasVclmul = CpuHasVclmul();
+
 bool CpuHasClmul() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("pclmul");
@@ -120,6 +186,7 @@ const bool kHasClmul = CpuHasClmul();
 
 uint32_t Update(uint32_t reg, const uint8_t* p, size_t n) {
 #if defined(__x86_64__)
+  if (n >= 128 && kHasVclmul) return UpdateVclmul(reg, p, n);
   if (n >= 64 && kHasClmul) return UpdateClmul(reg, p, n);
 #endif
   return UpdateTable(reg, p, n);
@@ -188,6 +255,26 @@ uint32_t Crc32(uint32_t crc, std::span<const uint8_t> data) { return ~Update(~cr
 
 uint32_t Crc32Portable(uint32_t crc, std::span<const uint8_t> data) {
   return ~UpdateTable(~crc, data.data(), data.size());
+}
+
+std::optional<uint32_t> Crc32Clmul(uint32_t crc, std::span<const uint8_t> data) {
+#if defined(__x86_64__)
+  if (!kHasClmul) return std::nullopt;
+  if (data.size() < 64) return Crc32Portable(crc, data);
+  return ~UpdateClmul(~crc, data.data(), data.size());
+#else
+  return std::nullopt;
+#endif
+}
+
+std::optional<uint32_t> Crc32Vclmul(uint32_t crc, std::span<const uint8_t> data) {
+#if defined(__x86_64__)
+  if (!kHasVclmul) return std::nullopt;
+  if (data.size() < 128) return Crc32Portable(crc, data);
+  return ~UpdateVclmul(~crc, data.data(), data.size());
+#else
+  return std::nullopt;
+#endif
 }
 
 uint32_t ComputeIcrc(const IcrcAddressing& addr, std::span<const uint8_t> ib) {

@@ -69,10 +69,19 @@ TEST(Crc32, FastPathMatchesTheTableMethodOnLongBuffersAtEveryAlignment) {
   for (auto& b : data) b = static_cast<uint8_t>(rng());
   const std::span<const uint8_t> all(data);
   for (size_t start = 0; start < 16; ++start) {
-    for (size_t len : {63, 64, 65, 79, 80, 127, 128, 129, 200, 1000, 1500, 4096, 4136, 4200}) {
+    for (size_t len : {63, 64, 65, 79, 80, 127, 128, 129, 143, 144, 200, 255, 256, 257, 383, 1000, 1500,
+                       4096, 4136, 4200}) {
       const auto piece = all.subspan(start, len);
       for (uint32_t seed : {0u, 0xffffffffu, 0x12345678u}) {
-        ASSERT_EQ(Crc32(seed, piece), Crc32Portable(seed, piece)) << start << "+" << len;
+        const uint32_t want = Crc32Portable(seed, piece);
+        ASSERT_EQ(Crc32(seed, piece), want) << start << "+" << len;
+        // Each carry-less method the CPU has, whichever Crc32 picks.
+        if (auto c = Crc32Clmul(seed, piece)) {
+          ASSERT_EQ(*c, want) << "PCLMULQDQ " << start << "+" << len;
+        }
+        if (auto c = Crc32Vclmul(seed, piece)) {
+          ASSERT_EQ(*c, want) << "VPCLMULQDQ " << start << "+" << len;
+        }
       }
     }
   }
