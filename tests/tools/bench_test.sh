@@ -20,16 +20,19 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 (( rc == 0 )) || fail "tools/bench exited $rc"
 grep -qE "^[a-z_]+ +[a-z]+ +FAILED" "$out" && fail "a row FAILED"
-for row in tcp_bw udp_bw tcp_lat udp_lat; do
+for row in tcp_bw udp_bw udp_bw_2k udp_rate_64 tcp_lat udp_lat; do
   grep -qE "^$row +kernel +[0-9.]+ " "$out" || fail "no kernel row $row with a result"
 done
 for engine in uring epoll; do
-  for row in rc_bw rc_lat rc_rdma_write_bw rc_rdma_read_bw rc_lat_poll uc_bw ud_bw ud_lat \
+  for row in rc_bw rc_lat rc_rdma_write_bw rc_rdma_read_bw rc_rate_64 rc_lat_poll uc_bw ud_bw ud_lat \
              rc_compare_swap_mr rc_fetch_add_mr rc_rdma_write_lat rc_rdma_read_lat idle_cpu; do
     grep -qE "^$row +$engine +[0-9.]+ " "$out" || fail "no $engine row $row with a result"
   done
-  for ratio in "rc_bw / tcp_bw" "rc_lat / udp_lat" "idle CPU %"; do
-    grep -qE "^$ratio +$engine +[0-9.]+ .*(PASS|MISS)" "$out" || fail "no $engine ratio '$ratio'"
+  for ratio in "rc_bw / tcp_bw" "rc_rdma_write_bw / tcp_bw" "rc_rdma_read_bw / tcp_bw" \
+               "uc_bw / udp_bw \(32 KiB\)" "ud_bw / udp_bw \(2 KiB\)" "rc_lat / udp_lat" \
+               "rc_lat_poll / udp_lat" "ud_lat / udp_lat" "rc_rdma_write_lat / udp_lat" \
+               "rc_rate_64 / udp_rate_64" "idle CPU %"; do
+    grep -qE "^$ratio +$engine +[0-9.]+ .*(MET|MISSED)" "$out" || fail "no $engine ratio '$ratio'"
   done
 done
 grep -qE '^machine: [0-9]+ CPUs' "$out" || fail "no machine line"
