@@ -14,8 +14,8 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
