@@ -62,8 +62,7 @@ uint32_t UpdateTable(uint32_t reg, const uint8_t* p, size_t n) {
 // crc32-pclmul). Four 128-bit lanes absorb 64 bytes a step; each step
 // multiplies a lane's halves by x^(512+32) and x^(512-32) mod P (reflected)
 // and adds the next data, which keeps the lane congruent to the message.
-// The lanes then fold into one, 16 bytes a step, and instead of a Barrett
-// reduction the last 128 bits run through the table, with the remaining tail.
+// The lanes then fold into one (FinishFold takes it from there).
 constexpr int64_t kFold512Lo = 0x154442bd4;  // fold 4 lanes by 64 bytes
 constexpr int64_t kFold512Hi = 0x1c6e41596;
 constexpr int64_t kFold128Lo = 0x1751997d0;  // fold 1 lane by 16 bytes
@@ -77,6 +76,22 @@ __attribute__((target("pclmul"))) inline __m128i Fold(__m128i lane, __m128i k, _
 
 __attribute__((target("pclmul"))) inline __m128i Load128(const uint8_t* p) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
+
+// Both carry-less paths end here, with one 128-bit lane congruent to the
+// message so far and n < 128 bytes left: the rest folds in 16 bytes a step,
+// and instead of a Barrett reduction the last 128 bits run through the
+// table, with the tail.
+__attribute__((target("pclmul"))) uint32_t FinishFold(__m128i x, const uint8_t* p, size_t n) {
+  const __m128i k128 = _mm_set_epi64x(kFold128Hi, kFold128Lo);
+  while (n >= 16) {
+    x = Fold(x, k128, Load128(p));
+    p += 16;
+    n -= 16;
+  }
+  alignas(16) uint8_t rest[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(rest), x);
+  return UpdateTable(UpdateTable(0, rest, sizeof(rest)), p, n);
 }
 
 // Needs n >= 64.
@@ -99,14 +114,7 @@ __attribute__((target("pclmul"))) uint32_t UpdateClmul(uint32_t reg, const uint8
     n -= 64;
   }
   __m128i x = Fold(Fold(Fold(x0, k128, x1), k128, x2), k128, x3);
-  while (n >= 16) {
-    x = Fold(x, k128, Load128(p));
-    p += 16;
-    n -= 16;
-  }
-  alignas(16) uint8_t rest[16];
-  _mm_store_si128(reinterpret_cast<__m128i*>(rest), x);
-  return UpdateTable(UpdateTable(0, rest, sizeof(rest)), p, n);
+  return FinishFold(x, p, n);
 }
 
 // The same with 256-bit lanes (VPCLMULQDQ on AVX2): four lanes absorb 128
@@ -159,14 +167,7 @@ __attribute__((target("avx2,pclmul,vpclmulqdq"))) uint32_t UpdateVclmul(uint32_t
   // instruction stalled: the ICRC of a 4 KiB packet took 360 ns, where the
   // CRC of its bytes took 175.
   _mm256_zeroupper();
-  while (n >= 16) {
-    x = Fold(x, k128, Load128(p));
-    p += 16;
-    n -= 16;
-  }
-  alignas(16) uint8_t rest[16];
-  _mm_store_si128(reinterpret_cast<__m128i*>(rest), x);
-  return UpdateTable(UpdateTable(0, rest, sizeof(rest)), p, n);
+  return FinishFold(x, p, n);
 }
 
 bool CpuHasVclmul() {
