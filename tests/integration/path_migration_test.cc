@@ -96,7 +96,9 @@ class TwoPortTest : public RcPairTest {
     }
     ASSERT_EQ(PostWrite(a, 901, 0, 4096, 64), 0);
     ASSERT_EQ(PostWrite(b, 902, 0, 8192, 64), 0);
-    ASSERT_EQ(Poll(2).size(), 2u);
+    const auto wcs = Poll(2);
+    ASSERT_EQ(wcs.size(), 2u);
+    for (const ibv_wc& wc : wcs) ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << "wr " << wc.wr_id;
     for (ibv_qp* qp : {a, b}) {
       auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
       while (Query(qp).path_mig_state != IBV_MIG_ARMED && std::chrono::steady_clock::now() < until) {
@@ -391,7 +393,9 @@ TEST_F(TwoPortTest, WhenTheAlternatePathIsDownTooThePathMigrationFails) {
   ibv_qp* a = CreateRc();
   ibv_qp* b = CreateRc();
   ASSERT_TRUE(a && b);
-  ConnectArmed(a, b, /*timeout=*/8, /*retry_cnt=*/2);
+  // Timeouts of 67 ms: short ones (1 ms) failed the connecting writes
+  // themselves on a loaded 2-core CI host, under the sanitizers.
+  ConnectArmed(a, b, /*timeout=*/14, /*retry_cnt=*/2);
   ASSERT_EQ(rdmaemu_set_port_state(ctx_, 2, IBV_PORT_DOWN), 0);
   ASSERT_EQ(rdmaemu_set_port_state(ctx_, 1, IBV_PORT_DOWN), 0);
   ASSERT_EQ(PostWrite(a, 5, 0, 4096, 64), 0);
@@ -411,15 +415,19 @@ TEST_F(TwoPortTest, AnAlternatePathThatNeverArmedCannotBeUsed) {
   // a loads an alternate path and rearms; b never does, so its packets carry
   // MigReq set and a stays in REARM.
   ASSERT_EQ(ToInit(a, 1), 0);
-  ASSERT_EQ(ToRtr(a, b->qp_num, Av(g1, 1), AltPath(g2, 2, 8), IBV_QP_ALT_PATH), 0);
+  // 67 ms timeouts, as above: with 1 ms the first write once ran out of
+  // retries on a loaded CI host, and the second was flushed.
+  ASSERT_EQ(ToRtr(a, b->qp_num, Av(g1, 1), AltPath(g2, 2, 14), IBV_QP_ALT_PATH), 0);
   ibv_qp_attr rearm{};
   rearm.path_mig_state = IBV_MIG_REARM;
-  ASSERT_EQ(ToRts(a, 8, 2, rearm, IBV_QP_PATH_MIG_STATE), 0);
+  ASSERT_EQ(ToRts(a, 14, 2, rearm, IBV_QP_PATH_MIG_STATE), 0);
   ASSERT_EQ(ToInit(b, 1), 0);
   ASSERT_EQ(ToRtr(b, a->qp_num, Av(g1, 1)), 0);
   ASSERT_EQ(ToRts(b), 0);
   ASSERT_EQ(PostWrite(a, 1, 0, 4096, 64), 0);
-  ASSERT_EQ(Poll(1).size(), 1u);
+  auto first = Poll(1);
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(first[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(Query(a).path_mig_state, IBV_MIG_REARM);
   ASSERT_EQ(rdmaemu_set_port_state(ctx_, 1, IBV_PORT_DOWN), 0);
   ASSERT_EQ(PostWrite(a, 2, 0, 4096, 64), 0);
