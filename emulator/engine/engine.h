@@ -207,6 +207,8 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // QP1, which every process has.
   void Transmit(Qp* qp, const wire::PacketFields& fields, wire::Gather payload, uint32_t dst_ip,
                 uint8_t port = 0, std::optional<uint8_t> tos = std::nullopt, uint8_t gsi_slot = 0);
+  // Counts a packet Transmit built on its QP and traces it.
+  void Sent(Qp* qp, const wire::PacketFields& fields, wire::Gather payload, uint32_t dst_ip, size_t length);
   // fault::PacketSink. SendNow takes a packet past the fault rules to the
   // socket of `port` (through SendDatagram, counted on the port); Deliver
   // processes a received datagram past them through ReceiveDatagram (its

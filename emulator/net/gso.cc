@@ -31,14 +31,14 @@ void BuildGso(SendPool& pool, const std::function<int(int)>& id_at, int availabl
   // (UdpSocket::OpenGroup) do not turn on UDP_GRO, and multicast with GSO
   // (looped back to local members as a copy) was never tried.
   if (!gso || Multicast(first.to)) return;
-  const size_t segment = first.bytes.size();
+  const size_t segment = first.iov.iov_len;
   if (segment == 0 || segment > kMaxGsoBytes / 2) return;
   size_t total = segment;
   out->iov[0] = first.iov;
   int n = 1;
   while (n < available && n < kMaxGsoSegments) {
     const SendSlot& next = pool[id_at(n)];
-    const size_t size = next.bytes.size();
+    const size_t size = next.iov.iov_len;
     if (!SameDestination(first, next) || size == 0 || size > segment || total + size > kMaxGsoBytes) break;
     out->iov[n++] = next.iov;
     total += size;

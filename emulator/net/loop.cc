@@ -92,16 +92,23 @@ int SendPool::Acquire(int socket, const sockaddr_in& to, std::span<const iovec> 
   SendSlot& s = *slots_[id];
   size_t total = 0;
   for (const iovec& v : iov) total += v.iov_len;
-  s.bytes.resize(total);
+  // The copy lands with the second piece (a packet's payload, after its
+  // headers) on a cache line: the string instructions memcpy uses copy
+  // several times slower into a destination a few bytes off one.
+  constexpr size_t kLine = 64;
+  s.storage.resize(total + kLine - 1);
+  const auto base = reinterpret_cast<uintptr_t>(s.storage.data());
+  const size_t lead = iov.size() > 1 ? iov[0].iov_len : 0;
+  uint8_t* start = s.storage.data() + (kLine - (base + lead) % kLine) % kLine;
   size_t at = 0;
   for (const iovec& v : iov) {
-    if (v.iov_len != 0) std::memcpy(s.bytes.data() + at, v.iov_base, v.iov_len);
+    if (v.iov_len != 0) std::memcpy(start + at, v.iov_base, v.iov_len);
     at += v.iov_len;
   }
   s.socket = socket;
   s.tos = tos;
   s.to = to;
-  s.iov = {s.bytes.data(), total};
+  s.iov = {start, total};
   s.msg = {};
   s.msg.msg_name = &s.to;
   s.msg.msg_namelen = sizeof(s.to);

@@ -55,15 +55,16 @@ inline void Add(std::atomic<uint64_t>& counter, uint64_t n = 1) {
   counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
-// One datagram waiting to be sent: a copy of its bytes and a msghdr that
-// points at them, stable in memory while the kernel holds it.
+// One datagram waiting to be sent: a copy of its bytes (`iov`, inside
+// `storage`) and a msghdr that points at them, stable in memory while the
+// kernel holds it.
 struct SendSlot {
   int socket = 0;  // which of the loop's sockets sends it
   uint8_t tos = 0;
   sockaddr_in to{};
   iovec iov{};
   msghdr msg{};
-  std::vector<uint8_t> bytes;  // keeps its capacity between uses
+  std::vector<uint8_t> storage;  // keeps its capacity between uses
   // An IP_TOS control message when the datagram has a traffic class.
   union {
     cmsghdr align;

@@ -239,6 +239,20 @@ uint32_t IcrcOverMasked(std::span<const uint8_t> masked_ip_udp, std::span<const 
   return ~reg;
 }
 
+// The same over the IB packet gathered from pieces; the first holds at
+// least the BTH's first 5 bytes.
+uint32_t IcrcOverMasked(std::span<const uint8_t> masked_ip_udp,
+                        std::span<const std::span<const uint8_t>> ib) {
+  assert(!ib.empty() && ib[0].size() > kBthResv8a);
+  static constexpr uint8_t kOnes = 0xff;
+  uint32_t reg = Update(kRegisterAfterLrh, masked_ip_udp);
+  reg = Update(reg, ib[0].data(), kBthResv8a);
+  reg = Update(reg, &kOnes, 1);
+  reg = Update(reg, ib[0].subspan(kBthResv8a + 1));
+  for (const auto& piece : ib.subspan(1)) reg = Update(reg, piece);
+  return ~reg;
+}
+
 uint16_t UdpLength(size_t ib_bytes) {
   return static_cast<uint16_t>(kUdpHeaderBytes + ib_bytes + kIcrcBytes);
 }
@@ -278,18 +292,36 @@ std::optional<uint32_t> Crc32Vclmul(uint32_t crc, std::span<const uint8_t> data)
 #endif
 }
 
-uint32_t ComputeIcrc(const IcrcAddressing& addr, std::span<const uint8_t> ib) {
-  uint8_t h[kIpv4HeaderBytes + kUdpHeaderBytes] = {};
+namespace {
+
+// The masked IPv4 and UDP headers of an IB packet of `ib_bytes` (without
+// the ICRC).
+std::array<uint8_t, kIpv4HeaderBytes + kUdpHeaderBytes> MaskedHeaders(const IcrcAddressing& addr,
+                                                                      size_t ib_bytes) {
+  std::array<uint8_t, kIpv4HeaderBytes + kUdpHeaderBytes> a{};
+  uint8_t* h = a.data();
   h[0] = 0x45;  // version 4, IHL 5 words
-  StoreBe16(h + 2, static_cast<uint16_t>(kIpv4HeaderBytes + UdpLength(ib.size())));
+  StoreBe16(h + 2, static_cast<uint16_t>(kIpv4HeaderBytes + UdpLength(ib_bytes)));
   StoreBe16(h + 4, 0);       // identification: Linux sends 0 on unconnected DF sockets
   StoreBe16(h + 6, 0x4000);  // flags: don't fragment; fragment offset 0
   h[9] = 17;                 // protocol UDP
   StoreBe32(h + 12, addr.src_ip);
   StoreBe32(h + 16, addr.dst_ip);
-  StoreUdpHeader(h + kIpv4HeaderBytes, addr.src_port, addr.dst_port, ib.size());
+  StoreUdpHeader(h + kIpv4HeaderBytes, addr.src_port, addr.dst_port, ib_bytes);
   MaskVariantFields(h, kIpv4HeaderBytes);
-  return IcrcOverMasked(h, ib);
+  return a;
+}
+
+}  // namespace
+
+uint32_t ComputeIcrc(const IcrcAddressing& addr, std::span<const uint8_t> ib) {
+  return IcrcOverMasked(MaskedHeaders(addr, ib.size()), ib);
+}
+
+uint32_t ComputeIcrc(const IcrcAddressing& addr, std::span<const std::span<const uint8_t>> ib) {
+  size_t bytes = 0;
+  for (const auto& piece : ib) bytes += piece.size();
+  return IcrcOverMasked(MaskedHeaders(addr, bytes), ib);
 }
 
 uint32_t ComputeIcrc(const IcrcAddressing6& addr, std::span<const uint8_t> ib) {

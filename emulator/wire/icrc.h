@@ -69,6 +69,9 @@ struct IcrcAddressing6 {
 // in the UDP datagram `addr` describes. The value to store little-endian.
 uint32_t ComputeIcrc(const IcrcAddressing& addr, std::span<const uint8_t> ib);
 uint32_t ComputeIcrc(const IcrcAddressing6& addr, std::span<const uint8_t> ib);
+// The same over the IB packet gathered from pieces, in order, as a packet
+// sent with an iovec per piece; the first piece holds at least the BTH.
+uint32_t ComputeIcrc(const IcrcAddressing& addr, std::span<const std::span<const uint8_t>> ib);
 
 // The same over real headers: `ip_udp` is an IPv4 header without options
 // (20 bytes) or an IPv6 header without extension headers (40), followed by

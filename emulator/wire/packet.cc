@@ -1,5 +1,6 @@
 #include "emulator/wire/packet.h"
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -139,26 +140,28 @@ Status CheckFields(const OpcodeInfo& info, const PacketFields& f, size_t payload
   return Status::Ok();
 }
 
-// Writes everything but the ICRC; returns the packet length including it.
-Result<size_t> WriteBody(const PacketFields& f, Gather payload, std::span<uint8_t> out) {
+// The opcode's row, and the payload's length, once both are checked.
+Result<const OpcodeInfo*> Check(const PacketFields& f, Gather payload, size_t* payload_bytes) {
   const OpcodeInfo* info = FindOpcode(static_cast<uint8_t>(f.opcode));
   if (info == nullptr) {
     return InvalidArgument("cannot build " + OpcodeName(static_cast<uint8_t>(f.opcode)) +
                            ": not an opcode this device speaks");
   }
-  size_t payload_bytes = 0;
-  for (const auto& piece : payload) payload_bytes += piece.size();
-  if (Status s = CheckFields(*info, f, payload_bytes); !s.ok()) return s;
+  *payload_bytes = 0;
+  for (const auto& piece : payload) *payload_bytes += piece.size();
+  if (Status s = CheckFields(*info, f, *payload_bytes); !s.ok()) return s;
+  return info;
+}
 
-  const size_t length = PacketLength(f.opcode, payload_bytes);
-  if (out.size() < length) {
-    return Status::Error(ENOBUFS, std::string(info->name) + " with " +
-                                      std::to_string(payload_bytes) + " bytes of payload needs " +
-                                      std::to_string(length) + " bytes; the buffer has " +
-                                      std::to_string(out.size()));
-  }
-  const size_t pad = length - info->length - payload_bytes - kIcrcBytes;
+Status NoRoom(const OpcodeInfo& info, size_t payload_bytes, size_t need, size_t have) {
+  return Status::Error(ENOBUFS, std::string(info.name) + " with " + std::to_string(payload_bytes) +
+                                    " bytes of payload needs " + std::to_string(need) +
+                                    " bytes; the buffer has " + std::to_string(have));
+}
 
+// Writes the BTH and the extension headers (info->length bytes) of a
+// checked packet with `pad` bytes of pad.
+void WriteHeaders(const OpcodeInfo* info, const PacketFields& f, size_t pad, std::span<uint8_t> out) {
   BthView bth(out);
   bth.set_opcode(f.opcode);
   bth.set_solicited(f.bth.solicited);
@@ -205,8 +208,19 @@ Result<size_t> WriteBody(const PacketFields& f, Gather payload, std::span<uint8_
   }
   if (info->Has(kImmDtMask)) ImmDtView(at(ExtHeader::kImmDt)).set_imm(f.imm);
   if (info->Has(kIethMask)) IethView(at(ExtHeader::kIeth)).set_rkey(f.invalidate_rkey);
+}
 
-  uint8_t* p = out.data() + info->length;
+// Writes everything but the ICRC; returns the packet length including it.
+Result<size_t> WriteBody(const PacketFields& f, Gather payload, std::span<uint8_t> out) {
+  size_t payload_bytes;
+  auto info = Check(f, payload, &payload_bytes);
+  if (!info.ok()) return info.status();
+  const size_t length = PacketLength(f.opcode, payload_bytes);
+  if (out.size() < length) return NoRoom(**info, payload_bytes, length, out.size());
+  const size_t pad = length - (*info)->length - payload_bytes - kIcrcBytes;
+  WriteHeaders(*info, f, pad, out);
+
+  uint8_t* p = out.data() + (*info)->length;
   for (const auto& piece : payload) {
     if (!piece.empty()) std::memcpy(p, piece.data(), piece.size());
     p += piece.size();
@@ -222,6 +236,43 @@ Result<size_t> BuildPacket(const PacketFields& fields, Gather payload, std::span
   Result<size_t> length = WriteBody(fields, payload, out);
   if (length.ok() && addr != nullptr) WriteIcrc(*addr, out.first(*length));
   return length;
+}
+
+Result<GatheredPacket> BuildGatheredPacket(const PacketFields& fields, Gather payload,
+                                           std::span<uint8_t> headers,
+                                           std::span<uint8_t, kMaxTrailerBytes> trailer,
+                                           const IcrcAddressing& addr) {
+  size_t payload_bytes;
+  auto info = Check(fields, payload, &payload_bytes);
+  if (!info.ok()) return info.status();
+  const size_t header_bytes = (*info)->length;
+  if (headers.size() < header_bytes) {
+    return Status::Error(ENOBUFS, std::string((*info)->name) + " has " + std::to_string(header_bytes) +
+                                      " bytes of headers; the buffer has " + std::to_string(headers.size()));
+  }
+  GatheredPacket g;
+  g.length = PacketLength(fields.opcode, payload_bytes);
+  g.header_bytes = header_bytes;
+  g.trailer_bytes = g.length - header_bytes - payload_bytes;  // pad and ICRC
+  const size_t pad = g.trailer_bytes - kIcrcBytes;
+  WriteHeaders(*info, fields, pad, headers);
+  std::memset(trailer.data(), 0, pad);
+
+  // The ICRC covers the headers, the payload where it lies, and the pad.
+  std::array<std::span<const uint8_t>, kMaxGatherPieces + 2> pieces;
+  size_t n = 0;
+  pieces[n++] = headers.first(header_bytes);
+  for (const auto& piece : payload) {
+    if (piece.empty()) continue;
+    if (n == pieces.size() - 1) {
+      return InvalidArgument("a packet gathered from more than " + std::to_string(kMaxGatherPieces) +
+                             " pieces");
+    }
+    pieces[n++] = piece;
+  }
+  if (pad != 0) pieces[n++] = trailer.first(pad);
+  StoreLe32(trailer.data() + pad, ComputeIcrc(addr, std::span(pieces.data(), n)));
+  return g;
 }
 
 Result<size_t> BuildPacket(const PacketFields& fields, Gather payload, std::span<uint8_t> out,

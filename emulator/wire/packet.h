@@ -156,6 +156,27 @@ Result<size_t> BuildPacket(const PacketFields& fields, Gather payload, std::span
 Result<size_t> BuildPacket(const PacketFields& fields, Gather payload, std::span<uint8_t> out,
                            const IcrcAddressing6& addr);
 
+// A packet sent gathered from where its parts lie, so that its payload is
+// not copied to be sent: `headers`, the payload's pieces as they are, then
+// `trailer` (the pad and the ICRC).
+struct GatheredPacket {
+  size_t header_bytes = 0;   // written to the front of `headers`
+  size_t trailer_bytes = 0;  // written to the front of `trailer`
+  size_t length = 0;         // the whole packet, as PacketLength()
+};
+inline constexpr size_t kMaxTrailerBytes = 3 + kIcrcBytes;
+// At most this many non-empty payload pieces (a WQE's SGEs split at MR
+// boundaries stay far below it).
+inline constexpr size_t kMaxGatherPieces = 64;
+
+// Writes the headers and the trailer with the ICRC computed over the
+// pieces. Fails as BuildPacket does, and with EINVAL beyond
+// kMaxGatherPieces pieces.
+Result<GatheredPacket> BuildGatheredPacket(const PacketFields& fields, Gather payload,
+                                           std::span<uint8_t> headers,
+                                           std::span<uint8_t, kMaxTrailerBytes> trailer,
+                                           const IcrcAddressing& addr);
+
 // Single-piece convenience.
 inline Result<size_t> BuildPacket(const PacketFields& fields, std::span<const uint8_t> payload,
                                   std::span<uint8_t> out, const IcrcAddressing* addr = nullptr) {

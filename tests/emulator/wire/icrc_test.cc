@@ -222,6 +222,25 @@ TEST(Icrc, WriteThenCheckAcceptsAndAnyCorruptionIsRejected) {
   EXPECT_EQ(CheckIcrc(addr, Bytes(15, 0)).code(), EINVAL);
 }
 
+// The ICRC of a packet gathered from pieces (headers, a payload split
+// anywhere, pad) is that of the same bytes in one piece, through every
+// method's path: pieces long enough to fold and short ones between.
+TEST(Icrc, OfPiecesEqualsOfTheWholePacket) {
+  const IcrcAddressing addr{.src_ip = 0x7f000001, .dst_ip = 0x7f000002, .src_port = 49152};
+  Bytes packet(12 + 4096 + 3);
+  for (size_t i = 0; i < packet.size(); ++i) packet[i] = static_cast<uint8_t>(i * 31 + (i >> 7));
+  const std::span<const uint8_t> all(packet);
+  const uint32_t whole = ComputeIcrc(addr, all);
+  for (size_t first : {5u, 12u, 13u, 100u}) {
+    for (size_t second : {0u, 1u, 63u, 64u, 129u, 1000u, 4000u}) {
+      SCOPED_TRACE(std::to_string(first) + " + " + std::to_string(second) + " + rest");
+      const std::array<std::span<const uint8_t>, 3> pieces = {
+          all.first(first), all.subspan(first, second), all.subspan(first + second)};
+      EXPECT_EQ(ComputeIcrc(addr, std::span<const std::span<const uint8_t>>(pieces)), whole);
+    }
+  }
+}
+
 TEST(Icrc, Ipv6WriteThenCheckAccepts) {
   IcrcAddressing6 addr;
   addr.src_ip[15] = 1;

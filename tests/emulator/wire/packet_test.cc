@@ -129,6 +129,79 @@ TEST(BuildThenParse, EverySpokenOpcodeRoundTripsEveryField) {
   }
 }
 
+// A packet sent gathered (headers, the payload where it lies, trailer) is
+// byte for byte the one BuildPacket writes, ICRC included, for every opcode
+// and every pad, whatever the pieces.
+TEST(BuildGatheredPacket, IsByteForByteTheContiguousPacket) {
+  for (const OpcodeInfo& info : kOpcodeTable) {
+    if (!info.valid()) continue;
+    const PacketFields f = DistinctFields(info);
+    Bytes payload = PayloadFor(info);
+    // Every pad: the last packet's payload shortened by 0..3 bytes.
+    for (size_t cut = 0; cut < (info.Has(kLastMask) && !payload.empty() ? 4 : 1); ++cut) {
+      const std::span<const uint8_t> all = std::span<const uint8_t>(payload).first(payload.size() - cut);
+      SCOPED_TRACE(std::string(info.name) + " with " + std::to_string(all.size()) + " bytes");
+      const size_t third = all.size() / 3;
+      // An empty piece among them, as from an SGE of length 0.
+      const std::array<std::span<const uint8_t>, 4> pieces = {
+          all.first(third), std::span<const uint8_t>(), all.subspan(third, third), all.subspan(2 * third)};
+      Bytes whole(kMaxPacketBytes);
+      Result<size_t> len = BuildPacket(f, Gather(pieces), whole, &kAddr);
+      ASSERT_TRUE(len.ok()) << len.status().message();
+      whole.resize(*len);
+
+      std::array<uint8_t, 64> headers;
+      headers.fill(0xee);
+      std::array<uint8_t, kMaxTrailerBytes> trailer;
+      trailer.fill(0xee);
+      Result<GatheredPacket> g = BuildGatheredPacket(f, Gather(pieces), headers, trailer, kAddr);
+      ASSERT_TRUE(g.ok()) << g.status().message();
+      EXPECT_EQ(g->length, *len);
+      EXPECT_EQ(g->header_bytes, info.length);
+      EXPECT_EQ(g->trailer_bytes, *len - info.length - all.size());
+      Bytes sent(headers.begin(), headers.begin() + g->header_bytes);
+      sent.insert(sent.end(), all.begin(), all.end());
+      sent.insert(sent.end(), trailer.begin(), trailer.begin() + g->trailer_bytes);
+      EXPECT_EQ(sent, whole);
+      EXPECT_TRUE(CheckIcrc(kAddr, sent).ok());
+    }
+  }
+}
+
+TEST(BuildGatheredPacket, FailsAsBuildPacketDoesAndOnTooSmallAHeaderBuffer) {
+  PacketFields f;
+  f.opcode = Opcode::RC_RDMA_WRITE_FIRST;
+  const Bytes odd(10, 1);
+  const std::span<const uint8_t> piece(odd);
+  std::array<uint8_t, 64> headers;
+  std::array<uint8_t, kMaxTrailerBytes> trailer;
+  Result<GatheredPacket> g = BuildGatheredPacket(f, Gather(&piece, 1), headers, trailer, kAddr);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), EINVAL);
+  EXPECT_TRUE(Contains(g.status(), "not a multiple of 4")) << g.status().message();
+
+  f.opcode = Opcode::RC_RDMA_WRITE_ONLY;  // BTH + RETH: 28 bytes
+  g = BuildGatheredPacket(f, Gather(&piece, 1), std::span(headers).first(20), trailer, kAddr);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), ENOBUFS);
+  EXPECT_TRUE(Contains(g.status(), "28 bytes of headers; the buffer has 20")) << g.status().message();
+}
+
+TEST(BuildGatheredPacket, RefusesMorePiecesThanItGathers) {
+  PacketFields f;
+  f.opcode = Opcode::RC_SEND_ONLY;
+  const Bytes byte(1, 7);
+  std::vector<std::span<const uint8_t>> pieces(kMaxGatherPieces + 1, std::span<const uint8_t>(byte));
+  std::array<uint8_t, 64> headers;
+  std::array<uint8_t, kMaxTrailerBytes> trailer;
+  Result<GatheredPacket> g = BuildGatheredPacket(f, Gather(pieces), headers, trailer, kAddr);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), EINVAL);
+  pieces.pop_back();
+  g = BuildGatheredPacket(f, Gather(pieces), headers, trailer, kAddr);
+  EXPECT_TRUE(g.ok()) << g.status().message();
+}
+
 // What tshark's "XRC Extended Transport Header" decodes: the reserved byte,
 // then the 24-bit XRC SRQ number, right after the BTH (IBA 9.2; rxe).
 TEST(BuildPacket, WritesXrcSendOnlyByteForByte) {
