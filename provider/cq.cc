@@ -1,10 +1,15 @@
 // Completion queues: creation, the poll paths (classic and extended), arming.
+#include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <new>
+#include <vector>
 
 #include "emulator/base/log.h"
 #include "emulator/device/attributes.h"
+#include "emulator/net/loop.h"
 #include "provider/domain.h"
 #include "provider/handles.h"
 #include "provider/check/check.h"
@@ -16,7 +21,16 @@
 #include "provider/provider.h"
 
 namespace rdmaemu::provider {
+
 namespace {
+// Whether this thread's last wait for a completion event had to wait (the
+// channel was empty): it then comes back to ibv_get_cq_event after
+// re-arming, so ibv_req_notify_cq need not hand the network to the
+// engine's thread (which would wake for the next datagram first). A thread
+// that reads events only once its own poll or epoll says the channel is
+// ready never waits here, and its arming hands the network over at once,
+// as before.
+thread_local bool waits_for_events = false;
 
 // The device numbers statuses and opcodes as libibverbs does.
 static_assert(static_cast<int>(objects::WcStatus::kGeneralErr) == IBV_WC_GENERAL_ERR);
@@ -97,8 +111,9 @@ int ReqNotifyCq(ibv_cq* ibv, int solicited_only) {
   }
   ToCq(ibv)->cq->Arm(solicited_only != 0);
   // Arming says the program is going to sleep until an event: the engine's
-  // thread must watch the network from now on, not wait for a poll.
-  ToContext(ibv->context)->engine->Release();
+  // thread must watch the network from now on, not wait for a poll. Unless
+  // this thread waits in ibv_get_cq_event, which watches it itself.
+  if (!waits_for_events) ToContext(ibv->context)->engine->Release();
   return 0;
 }
 
@@ -331,10 +346,44 @@ int DetachCq(ibv_cq* ibv) {
   return 0;
 }
 
-void BeforeCompletionWait(ibv_context* context) {
+void AwaitCompletionEvent(ibv_context* context, int channel_fd) {
   engine::Engine& engine = *ToContext(context)->engine;
   engine.Drive();
-  engine.Release();
+  pollfd fds[1 + net::kMaxSockets];
+  fds[0] = {channel_fd, POLLIN, 0};
+  thread_local std::vector<int> sockets;
+  const int flags = ::fcntl(channel_fd, F_GETFL);
+  const bool blocking = flags >= 0 && !(flags & O_NONBLOCK);
+  if (!blocking || ::poll(fds, 1, 0) != 0) {
+    // No wait (an event is there, or the program reads without blocking):
+    // as a program that polls the channel itself first.
+    waits_for_events = false;
+    engine.Release();
+    return;
+  }
+  if (!engine.BeginWait(&sockets)) {
+    waits_for_events = false;
+    engine.Release();
+    return;
+  }
+  waits_for_events = true;
+  const nfds_t n = 1 + std::min<size_t>(sockets.size(), net::kMaxSockets);
+  for (nfds_t i = 1; i < n; ++i) fds[i] = {sockets[i - 1], POLLIN, 0};
+  for (;;) {
+    const int ready = ::poll(fds, n, -1);
+    if (ready < 0) break;  // a signal: the read that follows sees it as before
+    if (fds[0].revents != 0) break;
+    // A socket closed under the wait (the device closed while a thread
+    // waited on it, which no program may do): block on the channel alone.
+    bool closed = false;
+    for (nfds_t i = 1; i < n; ++i) closed = closed || (fds[i].revents & POLLNVAL) != 0;
+    if (closed) break;
+    // A datagram: handled here. If another thread is driving (it takes
+    // it), or (io_uring) the loop thread has not handed the socket over
+    // yet, yield: either finishes its round meanwhile.
+    if (!engine.Drive()) ::sched_yield();
+  }
+  engine.EndWait();
 }
 
 bool CqArmed(ibv_cq* ibv) { return ToCq(ibv)->cq->armed(); }

@@ -109,9 +109,15 @@ int ResizeCq(ibv_cq* cq, int cqe);
 int DetachCq(ibv_cq* cq);
 // Armed by ibv_req_notify_cq and not yet fired (the checker's unarmed-wait).
 bool CqArmed(ibv_cq* cq);
-// A thread is about to block for a completion event of `context`: runs the
-// receive side once on it, then leaves the network to the engine's thread.
-void BeforeCompletionWait(ibv_context* context);
+// A thread is about to block for a completion event of `context` on the
+// channel fd `channel_fd`: runs the receive side once on it, then, where
+// it can, waits for the channel or a datagram itself and handles each
+// datagram on its own thread (net::Loop::BeginWait), so that a datagram
+// wakes this thread alone. Returns when the channel holds an event, or
+// when the caller should simply block reading it (a non-blocking channel,
+// the network with the engine's thread, a signal); then the engine's
+// thread has the network.
+void AwaitCompletionEvent(ibv_context* context, int channel_fd);
 void FreeCq(ibv_cq* cq);
 
 // QPs: created from the exported ibv_create_qp and the create_qp_ex slot

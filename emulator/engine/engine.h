@@ -88,6 +88,10 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // The caller stops polling (it is about to block): the engine's own thread
   // takes the receive side back at once.
   void Release() { loop_->Release(); }
+  // A thread about to block for a completion event: net::Loop::BeginWait
+  // and EndWait (it watches the sockets itself while it waits).
+  bool BeginWait(std::vector<int>* fds) { return loop_->BeginWait(fds); }
+  void EndWait() { loop_->EndWait(); }
 
   // Multicast (IBA 10.5), any thread: UD QP `qpn` receives what is sent to
   // IPv4 group `group` (network order) on `port`, as the IP multicast the

@@ -49,6 +49,9 @@ class EpollLoop final : public LoopBase {
  private:
   void Run() override;
   bool DriveReceive() override;
+  // Only once the loop thread has stopped watching them: a waiter must not
+  // share a datagram's wakeup with it.
+  bool SocketsHandedOver() const override { return !watching_; }
   void DriveFlush() override { Flush(); }
   // Adds the group sockets added to the epoll set and closes the removed.
   void ApplyGroupChanges();
@@ -106,14 +109,14 @@ void EpollLoop::Run() {
   while (!stop_requested()) {
     ApplyGroupChanges();
     Clock::time_point now = Clock::now();
-    std::optional<Clock::time_point> hold = ApplicationHold(now);
+    std::optional<Clock::time_point> hold = HoldForSleep(now);
     WatchSockets(!hold);
     const std::optional<Clock::time_point> own = NextWake();
     // Time to the loop's deadline or the end of the applications' hold,
     // whichever is first (nullopt: neither).
     auto timeout_at = [&](Clock::time_point t) -> std::optional<Clock::duration> {
       std::optional<Clock::time_point> wake = own;
-      if (hold && (!wake || *hold < *wake)) wake = hold;
+      if (hold && *hold != kForever && (!wake || *hold < *wake)) wake = hold;
       if (!wake) return std::nullopt;
       return std::max(*wake - t, Clock::duration::zero());
     };

@@ -242,7 +242,10 @@ bool LoopBase::PrepareToSleep() {
   return true;
 }
 
-void LoopBase::AfterSleep() { sleeping_.store(false, std::memory_order_relaxed); }
+void LoopBase::AfterSleep() {
+  sleeping_.store(false, std::memory_order_relaxed);
+  parked_.store(false, std::memory_order_relaxed);
+}
 
 bool LoopBase::TakeRing() {
   if (!ring_pending_.load(std::memory_order_relaxed)) return false;
@@ -306,17 +309,36 @@ void LoopBase::ReleaseToSleep(std::optional<Clock::time_point> until) {
 }
 
 bool LoopBase::SleepAgain(Clock::time_point now, std::optional<Clock::time_point>* hold) {
-  *hold = ApplicationHold(now);
+  *hold = HoldForSleep(now);
   if (!*hold || (asleep_until_ && *asleep_until_ <= now)) return false;
   return PrepareToSleep();
 }
 
 std::optional<Clock::time_point> LoopBase::ApplicationHold(Clock::time_point now) const {
   const int64_t at = app_drive_ns_.load(std::memory_order_relaxed);
+  if (waiters_.load(std::memory_order_relaxed) > 0) {
+    // A waiter watches the sockets. The loop thread looks again kWaitCheck
+    // after the applications' last step; if by then nothing has happened
+    // and one still waits, it sleeps until that waiter's EndWait (Park).
+    const Clock::time_point check = Clock::time_point(std::chrono::nanoseconds(at)) + kWaitCheck;
+    return at != 0 && check > now ? check : kForever;
+  }
   if (at == 0) return std::nullopt;
   const Clock::time_point until = Clock::time_point(std::chrono::nanoseconds(at)) + kDriveHold;
   if (until <= now) return std::nullopt;
   return until;
+}
+
+std::optional<Clock::time_point> LoopBase::HoldForSleep(Clock::time_point now) {
+  std::optional<Clock::time_point> hold = ApplicationHold(now);
+  if (hold != kForever) return hold;
+  // Said before the waiters are counted again, both sequentially
+  // consistent, against EndWait's decrement and look: either the last
+  // waiter sees the loop parked and rings it, or the loop sees it gone.
+  parked_.store(true, std::memory_order_seq_cst);
+  if (waiters_.load(std::memory_order_seq_cst) > 0) return hold;
+  parked_.store(false, std::memory_order_relaxed);
+  return ApplicationHold(now);
 }
 
 bool LoopBase::Drive(bool receive) {
@@ -375,6 +397,44 @@ bool LoopBase::Inject(std::span<const Datagram> batch) {
 
 void LoopBase::Release() {
   if (app_drive_ns_.exchange(0, std::memory_order_relaxed) != 0) Ring();
+}
+
+bool LoopBase::BeginWait(std::vector<int>* fds) {
+  if (driver_.load(std::memory_order_relaxed) == std::this_thread::get_id()) return false;
+  // Unlike Drive, waits for a round in progress to end: the caller is about
+  // to block anyway, and falling back costs it the loop thread's wakeup.
+  drive_mu_.lock();
+  // Under the drive lock the loop thread is not between looking at the hold
+  // and acting on it: once waiters_ counts us it keeps off the sockets.
+  const Clock::time_point now = Clock::now();
+  const bool ok = !stop_requested() && running_.load(std::memory_order_relaxed) && ApplicationHold(now);
+  // A loop thread still watching the sockets (it sleeps; it notices a hold
+  // only when it wakes) is woken to let go of them, so that the datagram
+  // the caller waits for wakes the caller alone. Until then the datagram
+  // may wake both, and whichever drives first delivers it.
+  const bool wake_loop = ok && !SocketsHandedOver();
+  if (ok) {
+    app_drive_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
+                        std::memory_order_relaxed);
+    waiters_.fetch_add(1, std::memory_order_seq_cst);
+    fds->assign(fds_.begin(), fds_.begin() + static_cast<std::ptrdiff_t>(sockets_.size()));
+  }
+  drive_mu_.unlock();
+  if (wake_loop) Ring();
+  return ok;
+}
+
+void LoopBase::EndWait() {
+  app_drive_ns_.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(),
+      std::memory_order_relaxed);
+  waiters_.fetch_sub(1, std::memory_order_seq_cst);
+  // Only a loop thread that parked (a waiter sat idle past kWaitCheck) sleeps
+  // with no end: it is rung to take the hold up again. One that did not
+  // park wakes by kWaitCheck anyway and sees the usual kDriveHold from now:
+  // a program that waits, handles its completion and waits again costs the
+  // loop thread no wakeup per message.
+  if (parked_.load(std::memory_order_seq_cst) && parked_.exchange(false, std::memory_order_seq_cst)) Ring();
 }
 
 int64_t LoopBase::CpuNanos() const {

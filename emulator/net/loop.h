@@ -25,7 +25,9 @@
 // While application threads keep driving the receive side, the loop thread
 // stops watching the sockets (it would only wake to find them drained) and
 // sleeps until its deadline or until nobody has driven for kDriveHold; then
-// it watches them again. Release() hands the sockets back at once.
+// it watches them again. Release() hands the sockets back at once. A thread
+// about to block for a completion event may keep them while it waits and
+// watch them itself (BeginWait/EndWait): one wakeup per datagram, its own.
 //
 // Thread safety:
 //   - Create, Start, Stop and the destructor: the owning thread (never the
@@ -129,6 +131,9 @@ inline constexpr int kMaxSockets = 2;
 // ib_write_lat does every iteration (docs/performance.md: 1 ms made it
 // 524 µs, 50 µs woke the loop so often that ib_send_lat lost 3x).
 inline constexpr std::chrono::microseconds kDriveHold{100};
+// While a thread waits for a completion event with the sockets (BeginWait),
+// how often the loop thread looks whether the applications still act.
+inline constexpr std::chrono::milliseconds kWaitCheck{1};
 
 struct LoopOptions {
   // Test seam: an errno value (EPERM, ENOSYS, ...) makes io_uring setup fail
@@ -177,6 +182,23 @@ class Loop {
   // Any thread: the caller stops driving the receive side (it is about to
   // block): the loop thread watches the sockets again at once.
   virtual void Release() = 0;
+  // Any thread not inside a LoopHandler call, about to block until an fd of
+  // its own is ready (a completion channel's): if application threads drive
+  // the receive side now (a Drive(true) within kDriveHold), they keep it
+  // for as long as the caller waits, and `fds` gets the sockets' fds for
+  // the caller to watch beside its own; the caller drives when one is
+  // readable, so the datagram wakes it alone, not the loop thread first
+  // (the loop thread lets go of the sockets within a round, if it still
+  // had them). Waits for a round in progress to end. True if so; false,
+  // doing nothing, when nobody drives (then Release and block as before).
+  // Every true is followed by one EndWait, which starts the usual
+  // kDriveHold: if nobody drives or waits again by its end, the loop thread
+  // takes the sockets back. While a thread waits, the loop thread looks
+  // once per kWaitCheck whether the applications still act; when one has
+  // waited that long with nothing done, it sleeps until its EndWait (which
+  // then rings it), so a program blocked on its channel costs no CPU.
+  virtual bool BeginWait(std::vector<int>* fds) = 0;
+  virtual void EndWait() = 0;
   // Test seam (the receive-path fuzz target, tests/fuzz): one round on the
   // calling thread as Drive(false) does, with `batch` handed to the handler
   // first as if the sockets had received it, so a test can push crafted

@@ -209,6 +209,8 @@ class LoopBase : public Loop {
   bool Drive(bool receive) override;
   bool Inject(std::span<const Datagram> batch) override;
   void Release() override;
+  bool BeginWait(std::vector<int>* fds) override;
+  void EndWait() override;
   bool InLoopThread() const override;
   bool ReceivePending() const override;
   LoopStats stats() const override;
@@ -246,8 +248,17 @@ class LoopBase : public Loop {
   // kDriveHold and never contends for the lock.
   bool SleepAgain(Clock::time_point now, std::optional<Clock::time_point>* hold);
   // Whether application threads are driving the receive side (they did
-  // within kDriveHold of `now`), and until when that holds.
+  // within kDriveHold of `now`), and until when that holds: kForever while
+  // one waits with the sockets (BeginWait).
   std::optional<Clock::time_point> ApplicationHold(Clock::time_point now) const;
+  static constexpr Clock::time_point kForever = Clock::time_point::max();
+  // The loop thread, about to sleep: ApplicationHold, and where that is
+  // kForever, marks the loop as parked for EndWait to ring.
+  std::optional<Clock::time_point> HoldForSleep(Clock::time_point now);
+  // Drive lock held: whether the loop thread has let go of every socket
+  // (epoll: it no longer watches them; io_uring: their ring receives have
+  // ended, and drivers may read them).
+  virtual bool SocketsHandedOver() const { return true; }
 
   // Drive's backend part, drive lock held: receive what the sockets hold
   // (true if anything was delivered), and send what the handler queued.
@@ -314,6 +325,10 @@ class LoopBase : public Loop {
   // When an application thread last drove the receive side (steady clock
   // nanoseconds; 0: released).
   std::atomic<int64_t> app_drive_ns_{0};
+  // Application threads waiting with the sockets (BeginWait..EndWait).
+  std::atomic<int> waiters_{0};
+  // The loop thread sleeps with no end because a waiter sat idle (HoldForSleep).
+  std::atomic<bool> parked_{false};
 
   // Group sockets waiting for the loop thread (AddGroupSocket/Remove...).
   std::mutex groups_mu_;

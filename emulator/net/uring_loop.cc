@@ -220,6 +220,7 @@ class UringLoop final : public LoopBase {
 
  private:
   bool DriveReceive() override;
+  bool SocketsHandedOver() const override;
   void DriveFlush() override;
   // Sends what application threads queued in direct_ and could not send;
   // on failure tries again after kSendRetryDelay.
@@ -310,7 +311,7 @@ void UringLoop::Run() {
       FlushDirect();
     }
     ApplyGroupChanges();
-    const std::optional<Clock::time_point> hold = ApplicationHold(Clock::now());
+    const std::optional<Clock::time_point> hold = HoldForSleep(Clock::now());
     for (int s = 0; s < num_sockets(); ++s) {
       // A socket is read by the ring or by drivers, never both: a datagram
       // the ring took but had not delivered would be overtaken by the next
@@ -346,7 +347,7 @@ void UringLoop::Run() {
     std::optional<Clock::time_point> current_hold = hold;
     auto left_at = [&](Clock::time_point t) -> std::optional<Clock::duration> {
       std::optional<Clock::time_point> wake = own;
-      if (current_hold && (!wake || *current_hold < *wake)) wake = current_hold;
+      if (current_hold && *current_hold != kForever && (!wake || *current_hold < *wake)) wake = current_hold;
       if (!wake) return std::nullopt;
       return *wake - t;
     };
@@ -405,6 +406,13 @@ void UringLoop::Run() {
   if (sends_unsubmitted_) io_uring_submit(&u_->ring);
   ReleaseToSleep(std::nullopt);
   Drain();
+}
+
+bool UringLoop::SocketsHandedOver() const {
+  for (int s = 0; s < num_sockets(); ++s) {
+    if (!handed_over_[s]) return false;
+  }
+  return true;
 }
 
 bool UringLoop::DriveReceive() {

@@ -5,6 +5,10 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -414,6 +418,182 @@ TEST_P(LoopTest, RingFromAnotherThreadCallsOnWorkPromptly) {
   const LoopStats s = loop->stats();
   EXPECT_GE(s.doorbell_writes, 1u);  // it slept, so someone had to write
   EXPECT_LE(s.doorbell_writes, 20u);  // and never more than once a ring
+}
+
+// A thread about to block for an event of its own keeps the sockets while
+// it waits (BeginWait): a datagram then wakes it alone, it drives, and the
+// loop thread never sees the datagram. After EndWait and kDriveHold
+// without drivers, the loop thread takes the sockets back.
+TEST_P(LoopTest, AThreadWaitingWithTheSocketsHandlesTheirDatagramsAlone) {
+  FnHandler h;
+  std::mutex mu;
+  std::vector<std::thread::id> deliverers;  // one per datagram, guarded by mu
+  h.on_datagrams = [&](std::span<const Datagram> batch) {
+    std::lock_guard lock(mu);
+    for (size_t i = 0; i < batch.size(); ++i) deliverers.push_back(std::this_thread::get_id());
+  };
+  std::unique_ptr<Loop> loop = MakeLoop(&h);
+  ASSERT_TRUE(loop);
+  loop->Start();
+  StopFirst stop({loop.get()});
+  const int peer = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(peer, 0);
+  const sockaddr_in to = loop->address();
+  auto send_one = [&] {
+    const char byte = 'x';
+    ASSERT_EQ(::sendto(peer, &byte, 1, 0, reinterpret_cast<const sockaddr*>(&to), sizeof to), 1);
+  };
+  auto delivered = [&] {
+    std::lock_guard lock(mu);
+    return deliverers.size();
+  };
+  auto last_deliverer = [&] {
+    std::lock_guard lock(mu);
+    return deliverers.back();
+  };
+  std::vector<int> fds;
+  ASSERT_TRUE(loop->Drive(true));
+  ASSERT_TRUE(loop->BeginWait(&fds));
+  ASSERT_EQ(fds.size(), 1u);
+  // One round trip as the waiter does it: the datagram, the socket
+  // readable, a drive. Returns whether the loop thread delivered it.
+  auto round_trip = [&](bool strict) {
+    const size_t before = delivered();
+    send_one();
+    pollfd p{fds[0], POLLIN, 0};
+    // (While the loop thread still has the socket, it may take the
+    // datagram before the poll sees it.)
+    if (strict) EXPECT_EQ(::poll(&p, 1, 5000), 1);
+    else (void)::poll(&p, 1, 100);
+    if (strict) {
+      // Readable, and the loop thread keeps off it however long we wait.
+      std::this_thread::sleep_for(2ms);
+      EXPECT_EQ(delivered(), before) << "the loop thread took it";
+    }
+    EXPECT_TRUE(WaitUntil([&] {
+      loop->Drive(true);
+      return delivered() > before;
+    }, 5s));
+    return last_deliverer() != std::this_thread::get_id();
+  };
+  // BeginWait woke the loop thread to let go of the sockets (io_uring ends
+  // its ring receive first); until it has, it may still take a datagram.
+  int warm_up = 0;
+  while (round_trip(false)) ASSERT_LT(++warm_up, 100) << "the loop thread never let go";
+  for (int round = 0; round < 20; ++round) {
+    EXPECT_FALSE(round_trip(true)) << "round " << round;
+    if (::testing::Test::HasFailure()) break;
+  }
+  loop->EndWait();
+  // Nobody drives or waits now: after kDriveHold the loop thread has them.
+  std::this_thread::sleep_for(kDriveHold + 20ms);
+  const size_t before = delivered();
+  send_one();
+  ASSERT_TRUE(WaitUntil([&] { return delivered() > before; }, 5s));
+  EXPECT_NE(last_deliverer(), std::this_thread::get_id());
+  ::close(peer);
+}
+
+// A waiter that returns and waits again, message after message, as a
+// program blocked in ibv_get_cq_event does, costs the loop thread no wakeup
+// per datagram: it looks once per kWaitCheck at most and is never rung.
+TEST_P(LoopTest, AWaiterThatComesBackCostsTheLoopThreadNoWakeupPerDatagram) {
+  FnHandler h;
+  std::atomic<int> delivered{0};
+  h.on_datagrams = [&](std::span<const Datagram> batch) { delivered += static_cast<int>(batch.size()); };
+  std::unique_ptr<Loop> loop = MakeLoop(&h);
+  ASSERT_TRUE(loop);
+  loop->Start();
+  StopFirst stop({loop.get()});
+  const int peer = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(peer, 0);
+  const sockaddr_in to = loop->address();
+  std::vector<int> fds;
+  // Until the loop thread has let go of the sockets (io_uring ends its ring
+  // receive first), BeginWait rings it.
+  ASSERT_TRUE(WaitUntil([&] {
+    if (!loop->Drive(true)) return false;
+    if (!loop->BeginWait(&fds)) return false;
+    const uint64_t rings = loop->stats().doorbell_writes;
+    loop->EndWait();
+    loop->Drive(true);
+    const bool ok = loop->BeginWait(&fds);
+    if (ok && loop->stats().doorbell_writes == rings) return true;
+    if (ok) loop->EndWait();
+    return false;
+  }, 5s));
+  const LoopStats before = loop->stats();
+  const auto start = std::chrono::steady_clock::now();
+  constexpr int kMessages = 300;
+  for (int i = 0; i < kMessages; ++i) {
+    const char byte = 'x';
+    ASSERT_EQ(::sendto(peer, &byte, 1, 0, reinterpret_cast<const sockaddr*>(&to), sizeof to), 1);
+    // Readable for the waiter, unless the loop thread had the socket back
+    // (this thread stalled past kDriveHold between EndWait and BeginWait,
+    // which rang it to let go again) and took the datagram itself.
+    const auto give_up = std::chrono::steady_clock::now() + 5s;
+    pollfd p{fds[0], POLLIN, 0};
+    while (::poll(&p, 1, 1) != 1 && delivered.load() <= i) {
+      ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "message " << i << " never arrived";
+    }
+    while (!(loop->Drive(true) && delivered.load() > i)) {
+      ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "message " << i << " was not delivered";
+      std::this_thread::yield();
+    }
+    loop->EndWait();
+    ASSERT_TRUE(loop->BeginWait(&fds)) << "message " << i;
+  }
+  const auto elapsed_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  const LoopStats after = loop->stats();
+  loop->EndWait();
+  // Not one per message; a stall of this thread past kWaitCheck (a loaded
+  // host) parks the loop thread legitimately, and its EndWait rings.
+  EXPECT_LE(after.doorbell_writes - before.doorbell_writes, uint64_t{kMessages / 10})
+      << kMessages << " messages in " << elapsed_ms << " ms";
+  EXPECT_LE(after.wakeups - before.wakeups, static_cast<uint64_t>(elapsed_ms + kMessages / 10))
+      << kMessages << " messages in " << elapsed_ms << " ms";
+  ::close(peer);
+}
+
+// A waiter that sits idle past kWaitCheck parks the loop thread: it then
+// sleeps with no end (an idle program uses no CPU), and the waiter's
+// EndWait rings it to take the sockets back.
+TEST_P(LoopTest, AnIdleWaiterParksTheLoopThreadAndItsEndWaitRingsIt) {
+  FnHandler h;
+  std::mutex mu;
+  std::vector<std::thread::id> deliverers;
+  h.on_datagrams = [&](std::span<const Datagram> batch) {
+    std::lock_guard lock(mu);
+    for (size_t i = 0; i < batch.size(); ++i) deliverers.push_back(std::this_thread::get_id());
+  };
+  std::unique_ptr<Loop> loop = MakeLoop(&h);
+  ASSERT_TRUE(loop);
+  loop->Start();
+  StopFirst stop({loop.get()});
+  std::vector<int> fds;
+  ASSERT_TRUE(WaitUntil([&] { return loop->Drive(true) && loop->BeginWait(&fds); }, 5s));
+  std::this_thread::sleep_for(kWaitCheck * 5);
+  const LoopStats idle_from = loop->stats();
+  std::this_thread::sleep_for(kWaitCheck * 50);
+  const LoopStats idle_to = loop->stats();
+  EXPECT_EQ(idle_to.wakeups, idle_from.wakeups) << "the loop thread woke while a waiter sat idle";
+  loop->EndWait();
+  EXPECT_EQ(loop->stats().doorbell_writes, idle_to.doorbell_writes + 1) << "EndWait did not ring the parked loop";
+  // Nobody drives or waits now: after kDriveHold the loop thread has the sockets.
+  std::this_thread::sleep_for(kDriveHold + 20ms);
+  const int peer = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(peer, 0);
+  const sockaddr_in to = loop->address();
+  const char byte = 'x';
+  ASSERT_EQ(::sendto(peer, &byte, 1, 0, reinterpret_cast<const sockaddr*>(&to), sizeof to), 1);
+  ASSERT_TRUE(WaitUntil([&] {
+    std::lock_guard lock(mu);
+    return !deliverers.empty();
+  }, 5s));
+  std::lock_guard lock(mu);
+  EXPECT_NE(deliverers.back(), std::this_thread::get_id());
+  ::close(peer);
 }
 
 TEST_P(LoopTest, NoRingIsLostInAPingPong) {
