@@ -637,9 +637,7 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather 
     }
     iov[n++] = {trailer.data(), g->trailer_bytes};
     Sent(qp, fields, payload, dst_ip, g->length);
-    loop_->Send(port - 1, to, std::span<const iovec>(iov.data(), n), tos);
-    CountPort(port, &Counters::packets_sent);
-    CountPort(port, &Counters::bytes_sent, g->length);
+    SendDatagram(port, to, std::span<const iovec>(iov.data(), n), g->length, tos);
     return;
   }
   // The payload starts on a cache line of packet_: copying 4 KiB into a
@@ -715,9 +713,8 @@ uint16_t Engine::DestinationPort(const Endpoint& from, uint32_t dst_ip, uint8_t 
 
 void Engine::SendNow(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes, uint8_t tos) {
   if (port < 1 || port > endpoints_.size()) return;  // the injector keeps what Transmit gave it
-  SendDatagram(port, to, bytes, tos);
-  CountPort(port, &Counters::packets_sent);
-  CountPort(port, &Counters::bytes_sent, bytes.size());
+  const iovec iov{const_cast<uint8_t*>(bytes.data()), bytes.size()};
+  SendDatagram(port, to, std::span<const iovec>(&iov, 1), bytes.size(), tos);
 }
 
 void Engine::Deliver(const net::Datagram& datagram) { ReceiveDatagram(datagram, Clock::now()); }
@@ -819,11 +816,18 @@ void Engine::ReceiveGsi(const wire::PacketView& packet, const net::Datagram& d, 
   }
 }
 
-void Engine::SendDatagram(uint8_t port, const sockaddr_in& to, std::span<const uint8_t> bytes, uint8_t tos) {
-  const Endpoint& from = endpoints_[port - 1];
-  capture::Record({from.ip, ntohl(to.sin_addr.s_addr), from.udp_port, ntohs(to.sin_port), tos}, bytes);
-  iovec iov{const_cast<uint8_t*>(bytes.data()), bytes.size()};
-  loop_->Send(port - 1, to, std::span<const iovec>(&iov, 1), tos);
+void Engine::SendDatagram(uint8_t port, const sockaddr_in& to, std::span<const iovec> iov, size_t length,
+                          uint8_t tos) {
+  // Transmit gathers a packet only while no capture runs, so one that
+  // starts meanwhile misses at most the packets already being gathered.
+  if (iov.size() == 1) {
+    const Endpoint& from = endpoints_[port - 1];
+    capture::Record({from.ip, ntohl(to.sin_addr.s_addr), from.udp_port, ntohs(to.sin_port), tos},
+                    {static_cast<const uint8_t*>(iov[0].iov_base), iov[0].iov_len});
+  }
+  loop_->Send(port - 1, to, iov, tos);
+  CountPort(port, &Counters::packets_sent);
+  CountPort(port, &Counters::bytes_sent, length);
 }
 
 bool Engine::PkeyAccepted(Qp& qp, const wire::PacketView& packet) {

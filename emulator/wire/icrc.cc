@@ -228,19 +228,8 @@ void MaskVariantFields(uint8_t* h, size_t ip_bytes) {
   StoreBe16(h + ip_bytes + kUdpChecksum, 0xffff);
 }
 
-// The ICRC over already-masked IP+UDP headers and the IB packet.
-uint32_t IcrcOverMasked(std::span<const uint8_t> masked_ip_udp, std::span<const uint8_t> ib) {
-  assert(ib.size() >= kBthBytes);
-  static constexpr uint8_t kOnes = 0xff;
-  uint32_t reg = Update(kRegisterAfterLrh, masked_ip_udp);
-  reg = Update(reg, ib.data(), kBthResv8a);
-  reg = Update(reg, &kOnes, 1);
-  reg = Update(reg, ib.subspan(kBthResv8a + 1));
-  return ~reg;
-}
-
-// The same over the IB packet gathered from pieces; the first holds at
-// least the BTH's first 5 bytes.
+// The ICRC over already-masked IP+UDP headers and the IB packet gathered
+// from pieces; the first holds at least the BTH's first 5 bytes.
 uint32_t IcrcOverMasked(std::span<const uint8_t> masked_ip_udp,
                         std::span<const std::span<const uint8_t>> ib) {
   assert(!ib.empty() && ib[0].size() > kBthResv8a);
@@ -251,6 +240,11 @@ uint32_t IcrcOverMasked(std::span<const uint8_t> masked_ip_udp,
   reg = Update(reg, ib[0].subspan(kBthResv8a + 1));
   for (const auto& piece : ib.subspan(1)) reg = Update(reg, piece);
   return ~reg;
+}
+
+uint32_t IcrcOverMasked(std::span<const uint8_t> masked_ip_udp, std::span<const uint8_t> ib) {
+  assert(ib.size() >= kBthBytes);
+  return IcrcOverMasked(masked_ip_udp, std::span<const std::span<const uint8_t>>(&ib, 1));
 }
 
 uint16_t UdpLength(size_t ib_bytes) {

@@ -420,37 +420,64 @@ TEST_P(LoopTest, RingFromAnotherThreadCallsOnWorkPromptly) {
   EXPECT_LE(s.doorbell_writes, 20u);  // and never more than once a ring
 }
 
+// Which thread delivered each datagram a loop handed its handler, in order
+// (the waiter tests: the loop thread, or the test's own thread driving).
+class Deliverers {
+ public:
+  explicit Deliverers(FnHandler& h) {
+    h.on_datagrams = [this](std::span<const Datagram> batch) {
+      std::lock_guard lock(mu_);
+      for (size_t i = 0; i < batch.size(); ++i) ids_.push_back(std::this_thread::get_id());
+    };
+  }
+  size_t count() {
+    std::lock_guard lock(mu_);
+    return ids_.size();
+  }
+  // Whether the last one was delivered by another thread than the caller.
+  bool last_by_another_thread() {
+    std::lock_guard lock(mu_);
+    return ids_.back() != std::this_thread::get_id();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::thread::id> ids_;
+};
+
+// A plain UDP socket of the test's own that sends one-byte datagrams to `to`.
+class Peer {
+ public:
+  explicit Peer(const sockaddr_in& to) : to_(to), fd_(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) {}
+  ~Peer() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Peer(const Peer&) = delete;
+  Peer& operator=(const Peer&) = delete;
+  bool SendOne() const {
+    const char byte = 'x';
+    return ::sendto(fd_, &byte, 1, 0, reinterpret_cast<const sockaddr*>(&to_), sizeof to_) == 1;
+  }
+
+ private:
+  sockaddr_in to_;
+  int fd_;
+};
+
 // A thread about to block for an event of its own keeps the sockets while
 // it waits (BeginWait): a datagram then wakes it alone, it drives, and the
 // loop thread never sees the datagram. After EndWait and kDriveHold
 // without drivers, the loop thread takes the sockets back.
 TEST_P(LoopTest, AThreadWaitingWithTheSocketsHandlesTheirDatagramsAlone) {
   FnHandler h;
-  std::mutex mu;
-  std::vector<std::thread::id> deliverers;  // one per datagram, guarded by mu
-  h.on_datagrams = [&](std::span<const Datagram> batch) {
-    std::lock_guard lock(mu);
-    for (size_t i = 0; i < batch.size(); ++i) deliverers.push_back(std::this_thread::get_id());
-  };
+  Deliverers deliverers(h);
   std::unique_ptr<Loop> loop = MakeLoop(&h);
   ASSERT_TRUE(loop);
   loop->Start();
   StopFirst stop({loop.get()});
-  const int peer = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(peer, 0);
-  const sockaddr_in to = loop->address();
-  auto send_one = [&] {
-    const char byte = 'x';
-    ASSERT_EQ(::sendto(peer, &byte, 1, 0, reinterpret_cast<const sockaddr*>(&to), sizeof to), 1);
-  };
-  auto delivered = [&] {
-    std::lock_guard lock(mu);
-    return deliverers.size();
-  };
-  auto last_deliverer = [&] {
-    std::lock_guard lock(mu);
-    return deliverers.back();
-  };
+  const Peer peer(loop->address());
+  auto send_one = [&] { ASSERT_TRUE(peer.SendOne()); };
+  auto delivered = [&] { return deliverers.count(); };
   std::vector<int> fds;
   ASSERT_TRUE(loop->Drive(true));
   ASSERT_TRUE(loop->BeginWait(&fds));
@@ -474,7 +501,7 @@ TEST_P(LoopTest, AThreadWaitingWithTheSocketsHandlesTheirDatagramsAlone) {
       loop->Drive(true);
       return delivered() > before;
     }, 5s));
-    return last_deliverer() != std::this_thread::get_id();
+    return deliverers.last_by_another_thread();
   };
   // BeginWait woke the loop thread to let go of the sockets (io_uring ends
   // its ring receive first); until it has, it may still take a datagram.
@@ -490,8 +517,7 @@ TEST_P(LoopTest, AThreadWaitingWithTheSocketsHandlesTheirDatagramsAlone) {
   const size_t before = delivered();
   send_one();
   ASSERT_TRUE(WaitUntil([&] { return delivered() > before; }, 5s));
-  EXPECT_NE(last_deliverer(), std::this_thread::get_id());
-  ::close(peer);
+  EXPECT_TRUE(deliverers.last_by_another_thread());
 }
 
 // A waiter that returns and waits again, message after message, as a
@@ -505,9 +531,7 @@ TEST_P(LoopTest, AWaiterThatComesBackCostsTheLoopThreadNoWakeupPerDatagram) {
   ASSERT_TRUE(loop);
   loop->Start();
   StopFirst stop({loop.get()});
-  const int peer = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(peer, 0);
-  const sockaddr_in to = loop->address();
+  const Peer peer(loop->address());
   std::vector<int> fds;
   // Until the loop thread has let go of the sockets (io_uring ends its ring
   // receive first), BeginWait rings it.
@@ -526,8 +550,7 @@ TEST_P(LoopTest, AWaiterThatComesBackCostsTheLoopThreadNoWakeupPerDatagram) {
   const auto start = std::chrono::steady_clock::now();
   constexpr int kMessages = 300;
   for (int i = 0; i < kMessages; ++i) {
-    const char byte = 'x';
-    ASSERT_EQ(::sendto(peer, &byte, 1, 0, reinterpret_cast<const sockaddr*>(&to), sizeof to), 1);
+    ASSERT_TRUE(peer.SendOne());
     // Readable for the waiter, unless the loop thread had the socket back
     // (this thread stalled past kDriveHold between EndWait and BeginWait,
     // which rang it to let go again) and took the datagram itself.
@@ -553,7 +576,6 @@ TEST_P(LoopTest, AWaiterThatComesBackCostsTheLoopThreadNoWakeupPerDatagram) {
       << kMessages << " messages in " << elapsed_ms << " ms";
   EXPECT_LE(after.wakeups - before.wakeups, static_cast<uint64_t>(elapsed_ms + kMessages / 10))
       << kMessages << " messages in " << elapsed_ms << " ms";
-  ::close(peer);
 }
 
 // A waiter that sits idle past kWaitCheck parks the loop thread: it then
@@ -561,12 +583,7 @@ TEST_P(LoopTest, AWaiterThatComesBackCostsTheLoopThreadNoWakeupPerDatagram) {
 // EndWait rings it to take the sockets back.
 TEST_P(LoopTest, AnIdleWaiterParksTheLoopThreadAndItsEndWaitRingsIt) {
   FnHandler h;
-  std::mutex mu;
-  std::vector<std::thread::id> deliverers;
-  h.on_datagrams = [&](std::span<const Datagram> batch) {
-    std::lock_guard lock(mu);
-    for (size_t i = 0; i < batch.size(); ++i) deliverers.push_back(std::this_thread::get_id());
-  };
+  Deliverers deliverers(h);
   std::unique_ptr<Loop> loop = MakeLoop(&h);
   ASSERT_TRUE(loop);
   loop->Start();
@@ -582,18 +599,10 @@ TEST_P(LoopTest, AnIdleWaiterParksTheLoopThreadAndItsEndWaitRingsIt) {
   EXPECT_EQ(loop->stats().doorbell_writes, idle_to.doorbell_writes + 1) << "EndWait did not ring the parked loop";
   // Nobody drives or waits now: after kDriveHold the loop thread has the sockets.
   std::this_thread::sleep_for(kDriveHold + 20ms);
-  const int peer = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(peer, 0);
-  const sockaddr_in to = loop->address();
-  const char byte = 'x';
-  ASSERT_EQ(::sendto(peer, &byte, 1, 0, reinterpret_cast<const sockaddr*>(&to), sizeof to), 1);
-  ASSERT_TRUE(WaitUntil([&] {
-    std::lock_guard lock(mu);
-    return !deliverers.empty();
-  }, 5s));
-  std::lock_guard lock(mu);
-  EXPECT_NE(deliverers.back(), std::this_thread::get_id());
-  ::close(peer);
+  const Peer peer(loop->address());
+  ASSERT_TRUE(peer.SendOne());
+  ASSERT_TRUE(WaitUntil([&] { return deliverers.count() > 0; }, 5s));
+  EXPECT_TRUE(deliverers.last_by_another_thread());
 }
 
 TEST_P(LoopTest, NoRingIsLostInAPingPong) {
