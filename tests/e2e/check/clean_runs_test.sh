@@ -8,6 +8,8 @@
 set -u
 engine="$1"
 source "$(dirname "$0")/../e2e_lib.sh" "$2" "$3"
+# shellcheck source=tests/e2e/rping_race.sh
+source "$(dirname "$0")/../rping_race.sh"
 need ibv_rc_pingpong ibv_srq_pingpong ibv_ud_pingpong ibv_uc_pingpong \
   ib_write_bw ib_send_bw ib_read_bw rping ucmatose udaddy rdma_server rdma_client
 
@@ -71,10 +73,9 @@ cm_pair() {
   local client_rc=$?
   wait "$server"
   local server_rc=$?
-  # rping's own teardown race (tests/e2e/rdmacm/rdmacm_lib.sh, wait_server):
+  # rping's own teardown race (tests/e2e/rping_race.sh):
   # its CM thread reads the channel main has just destroyed, and exits 255.
-  if (( server_rc == 255 )) && [[ $name == rping ]] &&
-     tail -n 1 "$base.server" | grep -qE '^rdma_get_cm_event: (Bad file descriptor|Invalid argument)$'; then
+  if [[ $name == rping ]] && rping_lost_teardown_race "$server_rc" "$base.server"; then
     echo "note: $name ($engine): the server lost rping's teardown race; counted as passed"
     server_rc=0
   fi

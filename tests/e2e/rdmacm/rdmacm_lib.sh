@@ -16,6 +16,8 @@ failures=0
 checks=0
 server_pid=""
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+# shellcheck source=tests/e2e/rping_race.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../rping_race.sh"
 
 need() {
   for p in "$@"; do
@@ -64,22 +66,8 @@ wait_server() {
   wait "$server_pid"
   local rc=$?
   server_pid=""
-  # rping's own race, not the emulator's (fixed upstream in rdma-core
-  # f3ae6534a, "rping: terminate CM event thread before exiting", after
-  # Debian 12's 44.0): its CM thread acks DISCONNECTED and calls
-  # rdma_get_cm_event again while main, woken by that ack, goes on to
-  # rdma_destroy_event_channel. If the thread was already reading, the read
-  # of the closed fd is EBADF (as from the kernel's channel); if it comes
-  # after the destroy, the library refuses the destroyed channel (EINVAL,
-  # with a line saying so). Either way the thread exits 255, after the
-  # session's pings had all been checked.
-  local last
-  last="$(tail -n 1 "$server_log")"
-  if [[ "$rc" == 255 && "$2" == 0 ]] && grep -q "DISCONNECT EVENT" "$server_log" &&
-     { [[ "$last" == "rdma_get_cm_event: Bad file descriptor" ]] ||
-       { [[ "$last" == "rdma_get_cm_event: Invalid argument" ]] &&
-         grep -q "rdma_get_cm_event: .* is not an event channel of this process: destroyed already" \
-           "$server_log"; }; }; then
+  # rping's own teardown race (tests/e2e/rping_race.sh).
+  if [[ "$2" == 0 ]] && rping_lost_teardown_race "$rc" "$server_log"; then
     echo "note: $1: the server lost rping's teardown race (rdma_get_cm_event after its own rdma_destroy_event_channel); counted as passed"
     return 0
   fi
