@@ -346,27 +346,31 @@ int DetachCq(ibv_cq* ibv) {
   return 0;
 }
 
-void AwaitCompletionEvent(ibv_context* context, int channel_fd) {
+void AwaitCompletionEvent(ibv_context* context, int channel_fd,
+                          const std::atomic<size_t>& queued) {
   engine::Engine& engine = *ToContext(context)->engine;
   engine.Drive();
-  pollfd fds[1 + net::kMaxSockets];
-  fds[0] = {channel_fd, POLLIN, 0};
   thread_local std::vector<int> sockets;
   const int flags = ::fcntl(channel_fd, F_GETFL);
   const bool blocking = flags >= 0 && !(flags & O_NONBLOCK);
-  if (!blocking || ::poll(fds, 1, 0) != 0) {
-    // No wait (an event is there, or the program reads without blocking):
-    // as a program that polls the channel itself first.
-    waits_for_events = false;
-    engine.Release();
+  if (blocking && queued.load(std::memory_order_acquire) > 0 && waits_for_events) {
+    // An event is there already (two came close together) for a thread
+    // that waits here: it comes back soon, so it keeps the network. Were it
+    // handed to the loop thread now, the next wait would find the loop
+    // thread reading the sockets and have to take them back.
     return;
   }
-  if (!engine.BeginWait(&sockets)) {
+  if (!blocking || queued.load(std::memory_order_acquire) > 0 || !engine.BeginWait(&sockets)) {
+    // No wait (an event is there, or the program reads without blocking),
+    // or the engine's thread keeps the network: as a program that polls
+    // the channel itself first.
     waits_for_events = false;
     engine.Release();
     return;
   }
   waits_for_events = true;
+  pollfd fds[1 + net::kMaxSockets];
+  fds[0] = {channel_fd, POLLIN, 0};
   const nfds_t n = 1 + std::min<size_t>(sockets.size(), net::kMaxSockets);
   for (nfds_t i = 1; i < n; ++i) fds[i] = {sockets[i - 1], POLLIN, 0};
   for (;;) {
@@ -380,8 +384,13 @@ void AwaitCompletionEvent(ibv_context* context, int channel_fd) {
     if (closed) break;
     // A datagram: handled here. If another thread is driving (it takes
     // it), or (io_uring) the loop thread has not handed the socket over
-    // yet, yield: either finishes its round meanwhile.
-    if (!engine.Drive()) ::sched_yield();
+    // yet, yield: either finishes its round meanwhile. When the round
+    // queued an event, the read finds it without another poll.
+    if (!engine.Drive()) {
+      ::sched_yield();
+    } else if (queued.load(std::memory_order_acquire) > 0) {
+      break;
+    }
   }
   engine.EndWait();
 }

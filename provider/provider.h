@@ -9,6 +9,7 @@
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -116,8 +117,10 @@ bool CqArmed(ibv_cq* cq);
 // wakes this thread alone. Returns when the channel holds an event, or
 // when the caller should simply block reading it (a non-blocking channel,
 // the network with the engine's thread, a signal); then the engine's
-// thread has the network.
-void AwaitCompletionEvent(ibv_context* context, int channel_fd);
+// thread has the network. `queued` is the channel's queue length: read
+// instead of polling the fd where a syscall would only tell the same.
+void AwaitCompletionEvent(ibv_context* context, int channel_fd,
+                          const std::atomic<size_t>& queued);
 void FreeCq(ibv_cq* cq);
 
 // QPs: created from the exported ibv_create_qp and the create_qp_ex slot

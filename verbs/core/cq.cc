@@ -156,7 +156,8 @@ int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) 
     WatchUnacknowledgedAtExit();
     WatchCqEventWait(channel);
   }
-  provider::AwaitCompletionEvent(channel->context, channel->fd);
+  provider::AwaitCompletionEvent(channel->context, channel->fd,
+                                 ToChannel(channel)->events.queued());
   ibv_async_event ev;
   if (ToChannel(channel)->events.Get(&ev) != 0) return -1;
   *cq = ev.element.cq;

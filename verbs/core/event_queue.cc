@@ -26,6 +26,7 @@ void EventQueue::Push(const ibv_async_event& event, const void* object) {
   {
     std::lock_guard lock(mu_);
     queue_.push_back(Entry{event, object});
+    queued_.store(queue_.size(), std::memory_order_release);
   }
   uint64_t one = 1;
   // Cannot fail short of the counter overflowing 2^64-2 events.
@@ -57,6 +58,7 @@ int EventQueue::Get(ibv_async_event* event) {
     }
     Entry e = queue_.front();
     queue_.pop_front();
+    queued_.store(queue_.size(), std::memory_order_release);
     if (e.object != nullptr) ++reported_[e.object];
     *event = e.event;
     return 0;
@@ -92,6 +94,7 @@ uint32_t EventQueue::Discard(const void* object) {
       ++it;
     }
   }
+  queued_.store(queue_.size(), std::memory_order_release);
   for (size_t i = 0; i < removed; ++i) {
     if (!TakeBackCount()) ++owed_;
   }
@@ -107,11 +110,6 @@ uint32_t EventQueue::Reported(const void* object) const {
   std::lock_guard lock(mu_);
   auto it = reported_.find(object);
   return it == reported_.end() ? 0 : it->second;
-}
-
-size_t EventQueue::size() const {
-  std::lock_guard lock(mu_);
-  return queue_.size();
 }
 
 }  // namespace rdmaemu::verbs

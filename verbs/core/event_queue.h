@@ -22,6 +22,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -53,7 +54,10 @@ class EventQueue {
   // the application has taken over the object's life.
   uint32_t Discard(const void* object);
 
-  size_t size() const;
+  size_t size() const { return queued_.load(std::memory_order_acquire); }
+  // The queue's length, read without a lock or a syscall (a thread waiting
+  // for the channel checks it after each datagram it handles).
+  const std::atomic<size_t>& queued() const { return queued_; }
 
   // How many events of `object` the application has taken so far.
   uint32_t Reported(const void* object) const;
@@ -71,6 +75,7 @@ class EventQueue {
   std::deque<Entry> queue_;                               // guarded by mu_
   std::unordered_map<const void*, uint32_t> reported_;   // guarded by mu_
   uint64_t owed_ = 0;  // counts held by readers for discarded events; mu_
+  std::atomic<size_t> queued_{0};  // queue_.size(), stored under mu_
 };
 
 }  // namespace rdmaemu::verbs
