@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 #include <new>
 #include <vector>
 
@@ -369,12 +370,22 @@ void AwaitCompletionEvent(ibv_context* context, int channel_fd,
     return;
   }
   waits_for_events = true;
+  const std::chrono::microseconds spin = engine.wait_spin();
   pollfd fds[1 + net::kMaxSockets];
   fds[0] = {channel_fd, POLLIN, 0};
   const nfds_t n = 1 + std::min<size_t>(sockets.size(), net::kMaxSockets);
   for (nfds_t i = 1; i < n; ++i) fds[i] = {sockets[i - 1], POLLIN, 0};
   for (;;) {
-    const int ready = ::poll(fds, n, -1);
+    // First without sleeping, for the engine's wait_spin: a datagram that
+    // comes meanwhile wakes no sleeping thread.
+    int ready = 0;
+    if (spin.count() > 0) {
+      const auto until = std::chrono::steady_clock::now() + spin;
+      do {
+        ready = ::poll(fds, n, 0);
+      } while (ready == 0 && std::chrono::steady_clock::now() < until);
+    }
+    if (ready == 0) ready = ::poll(fds, n, -1);
     if (ready < 0) break;  // a signal: the read that follows sees it as before
     if (fds[0].revents != 0) break;
     // A socket closed under the wait (the device closed while a thread

@@ -51,6 +51,25 @@ Result<net::Backend> BackendFromEnvironment() {
   return b;
 }
 
+// RDMAEMU_WAIT_SPIN_US: microseconds, 0 to kMaxWaitSpin.
+Result<std::chrono::microseconds> WaitSpinFromEnvironment() {
+  const char* v = std::getenv("RDMAEMU_WAIT_SPIN_US");
+  if (v == nullptr || *v == '\0') return kDefaultWaitSpin;
+  const std::string_view text(v);
+  uint64_t us = 0;
+  bool number = text.size() <= 8;
+  for (char c : text) {
+    number = number && c >= '0' && c <= '9';
+    if (number) us = us * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (!number || us > static_cast<uint64_t>(kMaxWaitSpin.count())) {
+    return InvalidArgument(fmt::format(
+        "RDMAEMU_WAIT_SPIN_US: '{}' is not a number of microseconds from 0 to {}", text,
+        kMaxWaitSpin.count()));
+  }
+  return std::chrono::microseconds(us);
+}
+
 // The 40-byte GRH area of a UD receive holds the network header: for IPv4,
 // 20 zero bytes and then the IPv4 header (as Linux's soft-RoCE writes it).
 void WriteGrh(uint8_t* grh, uint32_t src_ip, uint32_t dst_ip, size_t udp_payload, uint8_t tos) {
@@ -246,6 +265,9 @@ Result<std::shared_ptr<Engine>> Engine::Start(std::shared_ptr<device::Device> de
   auto backend = BackendFromEnvironment();
   if (!backend.ok()) return backend.status();
   std::shared_ptr<Engine> engine(new Engine(device));
+  auto spin = WaitSpinFromEnvironment();
+  if (!spin.ok()) return spin.status();
+  engine->wait_spin_ = *spin;
   if (Status s = FaultsFromEnvironment(engine->faults_); !s.ok()) return s;
   if (Status s = capture::StartFromEnvironment(); !s.ok()) return s;
   if (Status s = engine->RawSegmentFromEnvironment(); !s.ok()) return s;

@@ -70,4 +70,15 @@ printf 'device emu0\nport\nmachine x\n' >"$bad"
 t bad_statement fail "$rdmaemu" run --config "$bad" -- ibv_devices && \
   has bad_statement "$err" "$bad:3: unknown statement 'machine'"
 
+# RDMAEMU_WAIT_SPIN_US: microseconds from 0 to 10000, or opening the device
+# fails with a line naming the variable and the value.
+for spin in fast 10001 -5 1e3; do
+  t "bad_spin_$spin" fail env RDMAEMU_WAIT_SPIN_US="$spin" "$rdmaemu" run -- ibv_devinfo && \
+    has "bad_spin_$spin" "$err" "error: cannot open emu0: RDMAEMU_WAIT_SPIN_US: '$spin' is not a number of microseconds from 0 to 10000"
+done
+for spin in 0 10000; do
+  t "spin_$spin" 0 env RDMAEMU_WAIT_SPIN_US="$spin" "$rdmaemu" run -- ibv_devinfo && \
+    has "spin_$spin" "$out" 'state:[[:space:]]+PORT_ACTIVE'
+done
+
 finish
