@@ -354,14 +354,15 @@ void AwaitCompletionEvent(ibv_context* context, int channel_fd,
   thread_local std::vector<int> sockets;
   const int flags = ::fcntl(channel_fd, F_GETFL);
   const bool blocking = flags >= 0 && !(flags & O_NONBLOCK);
-  if (blocking && queued.load(std::memory_order_acquire) > 0 && waits_for_events) {
+  const bool event_there = queued.load(std::memory_order_acquire) > 0;
+  if (blocking && event_there && waits_for_events) {
     // An event is there already (two came close together) for a thread
     // that waits here: it comes back soon, so it keeps the network. Were it
     // handed to the loop thread now, the next wait would find the loop
     // thread reading the sockets and have to take them back.
     return;
   }
-  if (!blocking || queued.load(std::memory_order_acquire) > 0 || !engine.BeginWait(&sockets)) {
+  if (!blocking || event_there || !engine.BeginWait(&sockets)) {
     // No wait (an event is there, or the program reads without blocking),
     // or the engine's thread keeps the network: as a program that polls
     // the channel itself first.

@@ -62,15 +62,6 @@ std::vector<std::string_view> Words(std::string_view s) {
   return out;
 }
 
-Result<uint64_t> ParseUnsigned(std::string_view s, uint64_t max, std::string_view what) {
-  uint64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || v > max) {
-    return InvalidArgument(fmt::format("{} must be a number from 0 to {}, not '{}'", what, max, s));
-  }
-  return v;
-}
-
 Result<in_addr> ParseAddress(std::string_view s) {
   in_addr a{};
   std::string str(s);
@@ -160,6 +151,15 @@ Status CheckPort(const PortConfig& port) {
 }
 
 }  // namespace
+
+Result<uint64_t> ParseUnsigned(std::string_view s, uint64_t max, std::string_view what) {
+  uint64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || v > max) {
+    return InvalidArgument(fmt::format("{} must be a number from 0 to {}, not '{}'", what, max, s));
+  }
+  return v;
+}
 
 Config DefaultConfig() {
   Config c;

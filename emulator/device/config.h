@@ -57,6 +57,8 @@ Result<Config> LoadConfigFromEnvironment();
 // an IBTA name (sdr .. ndr) or the lane rate ibv_devinfo prints (25.0,
 // 25.0gbps, 25); a width is 1x, 2x, 4x, 8x or 12x. Any case.
 Result<uint32_t> ParseMtu(std::string_view);
+// A decimal number from 0 to `max`; the error names `what`.
+Result<uint64_t> ParseUnsigned(std::string_view s, uint64_t max, std::string_view what);
 Result<uint8_t> ParseWidth(std::string_view);
 Result<uint8_t> ParseSpeed(std::string_view);
 std::string_view WidthName(uint8_t width);

@@ -16,6 +16,7 @@
 #include "emulator/base/endian.h"
 #include "emulator/base/log.h"
 #include "emulator/capture/capture.h"
+#include "emulator/device/config.h"
 #include "emulator/device/hosts.h"
 #include "emulator/engine/internal.h"
 #include "emulator/engine/rss.h"
@@ -55,19 +56,13 @@ Result<net::Backend> BackendFromEnvironment() {
 Result<std::chrono::microseconds> WaitSpinFromEnvironment() {
   const char* v = std::getenv("RDMAEMU_WAIT_SPIN_US");
   if (v == nullptr || *v == '\0') return kDefaultWaitSpin;
-  const std::string_view text(v);
-  uint64_t us = 0;
-  bool number = text.size() <= 8;
-  for (char c : text) {
-    number = number && c >= '0' && c <= '9';
-    if (number) us = us * 10 + static_cast<uint64_t>(c - '0');
-  }
-  if (!number || us > static_cast<uint64_t>(kMaxWaitSpin.count())) {
+  auto us = device::ParseUnsigned(v, static_cast<uint64_t>(kMaxWaitSpin.count()), "");
+  if (!us.ok()) {
     return InvalidArgument(fmt::format(
-        "RDMAEMU_WAIT_SPIN_US: '{}' is not a number of microseconds from 0 to {}", text,
+        "RDMAEMU_WAIT_SPIN_US: '{}' is not a number of microseconds from 0 to {}", v,
         kMaxWaitSpin.count()));
   }
-  return std::chrono::microseconds(us);
+  return std::chrono::microseconds(*us);
 }
 
 // The 40-byte GRH area of a UD receive holds the network header: for IPv4,

@@ -407,6 +407,7 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // The UDP port datagram `d` was sent to (host order).
   uint16_t ArrivalPort(const net::Datagram& d) const;
   std::vector<Endpoint> endpoints_;
+  std::chrono::microseconds wait_spin_ = kDefaultWaitSpin;  // constant after Start
   Counters ports_[2];  // per port; a device has at most 2
   fault::Injector faults_;
 
@@ -466,7 +467,6 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
 
   // Loop thread only.
   std::set<uint32_t> active_;      // QPs with requests in flight (timers)
-  std::chrono::microseconds wait_spin_ = kDefaultWaitSpin;  // constant after Start
   // When OnWork next needs to look at active_: the earliest timer or RNR
   // wait of its QPs (nullopt: none). Activate lowers it; OnWork skips the
   // walk before then, so a post or a batch of datagrams costs the same with
