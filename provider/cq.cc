@@ -352,16 +352,16 @@ void AwaitCompletionEvent(ibv_context* context, int channel_fd,
   engine::Engine& engine = *ToContext(context)->engine;
   engine.Drive();
   thread_local std::vector<int> sockets;
-  const int flags = ::fcntl(channel_fd, F_GETFL);
-  const bool blocking = flags >= 0 && !(flags & O_NONBLOCK);
   const bool event_there = queued.load(std::memory_order_acquire) > 0;
-  if (blocking && event_there && waits_for_events) {
+  if (event_there && waits_for_events) {
     // An event is there already (two came close together) for a thread
     // that waits here: it comes back soon, so it keeps the network. Were it
     // handed to the loop thread now, the next wait would find the loop
     // thread reading the sockets and have to take them back.
     return;
   }
+  const int flags = ::fcntl(channel_fd, F_GETFL);
+  const bool blocking = flags >= 0 && !(flags & O_NONBLOCK);
   if (!blocking || event_there || !engine.BeginWait(&sockets)) {
     // No wait (an event is there, or the program reads without blocking),
     // or the engine's thread keeps the network: as a program that polls

@@ -344,6 +344,7 @@ int QueueSends(Qp& qp, std::vector<engine::SendWqe>& wqes, size_t* queued) {
   *queued = 0;
   bool posted = false;
   bool flush = false;
+  bool busy = false;
   int rc = 0;
   {
     std::lock_guard lock(eqp.mu);
@@ -357,6 +358,7 @@ int QueueSends(Qp& qp, std::vector<engine::SendWqe>& wqes, size_t* queued) {
                            eqp.qpn, objects::ToString(static_cast<objects::QpState>(state)));
       return EINVAL;
     }
+    busy = eqp.sq_outstanding > 0;
     for (auto& w : wqes) {
       if (eqp.sq_outstanding >= eqp.caps.max_send_wr) {
         rc = ENOMEM;
@@ -370,7 +372,14 @@ int QueueSends(Qp& qp, std::vector<engine::SendWqe>& wqes, size_t* queued) {
     flush = state == engine::QpState::kErr;
     posted = *queued > 0 && !flush;
   }
-  if (posted) ToContext(qp.ibv.qp_base.context)->engine->Doorbell(eqp.qpn);
+  if (posted) {
+    // The program streams when earlier sends are unfinished or their
+    // completions unpolled (a UD send completes as it leaves): its packets
+    // may wait for the next round to leave with others. One that waits
+    // for each completion before it posts again sends at once.
+    const bool streaming = busy || (eqp.send_cq != nullptr && eqp.send_cq->depth() > 0);
+    ToContext(qp.ibv.qp_base.context)->engine->Doorbell(eqp.qpn, streaming);
+  }
   if (flush) engine::FlushQp(eqp);
   return rc;
 }

@@ -512,12 +512,13 @@ Result<CounterValues> Engine::port_counters(int port) const {
   return ports_[port - 1].Snapshot();
 }
 
-void Engine::Doorbell(uint32_t qpn) {
+void Engine::Doorbell(uint32_t qpn, bool streaming) {
   {
     std::lock_guard lock(pending_mu_);
     pending_.push_back(qpn);
   }
-  if (!loop_->Drive(/*receive=*/false)) loop_->Ring();
+  const auto batching = streaming ? net::SendBatching::kWhileStreaming : net::SendBatching::kOff;
+  if (!loop_->Drive(/*receive=*/false, batching)) loop_->Ring();
 }
 
 namespace {

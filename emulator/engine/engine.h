@@ -88,7 +88,9 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // Any thread holding no engine lock: the QP has new send work (or was
   // modified). The calling thread does the work itself when no other thread
   // drives the engine (the doorbell is rung only when one does).
-  void Doorbell(uint32_t qpn);
+  // `streaming`: the poster's earlier work is unfinished, so the packets
+  // may wait briefly to leave in a batch (net::SendBatching).
+  void Doorbell(uint32_t qpn, bool streaming = false);
   // Any thread holding no engine lock, polling an empty CQ or about to wait
   // for a completion: runs the receive side once on the calling thread
   // unless another thread is driving. False if nothing was done.

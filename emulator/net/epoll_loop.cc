@@ -53,6 +53,7 @@ class EpollLoop final : public LoopBase {
   // share a datagram's wakeup with it.
   bool SocketsHandedOver() const override { return !watching_; }
   void DriveFlush() override { Flush(); }
+  size_t DriveQueued() const override { return direct_.size(); }
   // Adds the group sockets added to the epoll set and closes the removed.
   void ApplyGroupChanges();
   void Flush();
@@ -173,7 +174,7 @@ void EpollLoop::Run() {
       }
     }
     MaybeWork(delivered);
-    Flush();
+    SendQueued();
   }
   ReleaseToSleep(std::nullopt);
 }

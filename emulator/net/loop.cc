@@ -253,8 +253,17 @@ bool LoopBase::TakeRing() {
 }
 
 std::optional<Clock::time_point> LoopBase::NextWake() const {
-  if (deadline_ && retry_at_) return std::min(*deadline_, *retry_at_);
-  return deadline_ ? deadline_ : retry_at_;
+  std::optional<Clock::time_point> next = deadline_;
+  for (const auto& t : {retry_at_, flush_by_}) {
+    if (t && (!next || *t < *next)) next = t;
+  }
+  return next;
+}
+
+void LoopBase::SendQueued() {
+  DriveFlush();
+  // Sent, or waiting for room (the backend's own retry): not for flush_by_.
+  flush_by_.reset();
 }
 
 void LoopBase::MaybeWork(bool delivered, bool force) {
@@ -341,7 +350,15 @@ std::optional<Clock::time_point> LoopBase::HoldForSleep(Clock::time_point now) {
   return ApplicationHold(now);
 }
 
-bool LoopBase::Drive(bool receive) {
+bool LoopBase::SendsMayWait(Clock::time_point now) {
+  if (DriveQueued() >= kPostBatch) return false;
+  // They leave by then at the latest: the loop thread wakes for it (Drive
+  // rings it if it sleeps past that), unless a Drive or BeginWait first.
+  if (!flush_by_) flush_by_ = now + kPostWait;
+  return true;
+}
+
+bool LoopBase::Drive(bool receive, SendBatching batching) {
   // A handler that calls back into a verb that drives (never expected) must
   // not lock what its own thread holds.
   if (driver_.load(std::memory_order_relaxed) == std::this_thread::get_id()) return false;
@@ -361,7 +378,7 @@ bool LoopBase::Drive(bool receive) {
   // A poster's WQEs are what it drives for: OnWork runs whether or not
   // anything arrived.
   MaybeWork(delivered, /*force=*/!receive);
-  DriveFlush();
+  if (receive || batching == SendBatching::kOff || !SendsMayWait(Clock::now())) SendQueued();
   // The handler (or a send that must wait) may want the loop sooner than it
   // planned to wake; a loop that is awake looks again before it sleeps.
   const std::optional<Clock::time_point> next = NextWake();
@@ -386,7 +403,7 @@ bool LoopBase::Inject(std::span<const Datagram> batch) {
   driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   if (!batch.empty()) handler().OnDatagrams(batch);
   MaybeWork(!batch.empty(), /*force=*/true);
-  DriveFlush();
+  SendQueued();
   const std::optional<Clock::time_point> next = NextWake();
   const bool wake_loop = asleep_ && next && (!asleep_until_ || *next < *asleep_until_);
   driver_.store(std::thread::id(), std::memory_order_relaxed);
@@ -418,6 +435,11 @@ bool LoopBase::BeginWait(std::vector<int>* fds) {
                         std::memory_order_relaxed);
     waiters_.fetch_add(1, std::memory_order_seq_cst);
     fds->assign(fds_.begin(), fds_.begin() + static_cast<std::ptrdiff_t>(sockets_.size()));
+    // Sends a poster left queued (SendBatching) leave now: the loop thread
+    // may sleep with the caller until a datagram comes.
+    driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    SendQueued();
+    driver_.store(std::thread::id(), std::memory_order_relaxed);
   }
   drive_mu_.unlock();
   if (wake_loop) Ring();

@@ -134,6 +134,24 @@ inline constexpr std::chrono::microseconds kDriveHold{100};
 // While a thread waits for a completion event with the sockets (BeginWait),
 // how often the loop thread looks whether the applications still act.
 inline constexpr std::chrono::milliseconds kWaitCheck{1};
+// A Drive of a poster that streams (SendBatching::kWhileStreaming) leaves
+// up to this many datagrams queued for the next round's send, so that a
+// program posting one message at a time still leaves in batches (one
+// sendmmsg, and one GSO send where they share a size and destination).
+inline constexpr size_t kPostBatch = 16;
+// How long they may wait at most, when nothing else sends them first.
+inline constexpr std::chrono::microseconds kPostWait{100};
+
+// Whether the sends a Drive queues may wait for a later round.
+enum class SendBatching {
+  kOff,  // they leave before Drive returns
+  // They may wait, up to kPostBatch of them, for a later round: the next
+  // Drive or BeginWait of any application thread, or the loop thread's,
+  // kPostWait after the first of them at the latest. For a poster whose
+  // earlier work is unfinished (it streams): one that waits for each
+  // message's completion gets kOff.
+  kWhileStreaming,
+};
 
 struct LoopOptions {
   // Test seam: an errno value (EPERM, ENOSYS, ...) makes io_uring setup fail
@@ -178,7 +196,8 @@ class Loop {
   // with `receive`, takes what the sockets hold and marks the receive side as
   // driven by applications (see above); then OnWork, then sends. Returns
   // false, doing nothing, when another thread drives (or the loop stops).
-  virtual bool Drive(bool receive) = 0;
+  // `batching` says whether the sends may wait for a later round.
+  virtual bool Drive(bool receive, SendBatching batching = SendBatching::kOff) = 0;
   // Any thread: the caller stops driving the receive side (it is about to
   // block): the loop thread watches the sockets again at once.
   virtual void Release() = 0;

@@ -153,6 +153,7 @@ class DirectIo {
   // counted (send_errors) and dropped.
   Flushed Flush(std::span<const int> fds, int* blocked_socket);
   bool empty() const { return queue_size_ == 0; }
+  size_t size() const { return queue_size_; }
 
  private:
   static constexpr int kReceiveRounds = 16;  // recvmmsg calls per drain, then others get a turn
@@ -206,7 +207,7 @@ class LoopBase : public Loop {
   void Start() override;
   void Stop() override;
   void Ring() override;
-  bool Drive(bool receive) override;
+  bool Drive(bool receive, SendBatching batching = SendBatching::kOff) override;
   bool Inject(std::span<const Datagram> batch) override;
   void Release() override;
   bool BeginWait(std::vector<int>* fds) override;
@@ -264,6 +265,8 @@ class LoopBase : public Loop {
   // (true if anything was delivered), and send what the handler queued.
   virtual bool DriveReceive() = 0;
   virtual void DriveFlush() = 0;
+  // Drive lock held: datagrams queued by drivers and not yet sent.
+  virtual size_t DriveQueued() const = 0;
 
   // The doorbell protocol, loop side (see Ring() in loop.cc for the whole).
   // PrepareToSleep announces that the loop is about to block and returns
@@ -280,6 +283,13 @@ class LoopBase : public Loop {
   void ClearRetry() { retry_at_.reset(); }
   bool RetryDue(Clock::time_point now) const { return retry_at_ && now >= *retry_at_; }
   bool RetryPending() const { return retry_at_.has_value(); }
+
+  // Drive lock held, by a driver whose sends may wait (SendBatching): true
+  // while fewer than kPostBatch wait; they then leave by kPostWait from the
+  // first of them (flush_by_, a wake of the loop thread's) at the latest.
+  bool SendsMayWait(Clock::time_point now);
+  // Drive lock held: DriveFlush, and flush_by_ is met.
+  void SendQueued();
 
   // Calls OnWork if anything asks for it: datagrams were delivered, the
   // doorbell rang, or the deadline passed (or always, with `force`).
@@ -340,6 +350,8 @@ class LoopBase : public Loop {
   // Guarded by drive_mu_.
   std::optional<Clock::time_point> deadline_;
   std::optional<Clock::time_point> retry_at_;
+  // When the sends a poster left queued must leave (SendsMayWait).
+  std::optional<Clock::time_point> flush_by_;
 };
 
 // Backend factories. On failure the sockets are left untouched (so that kAuto

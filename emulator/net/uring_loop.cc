@@ -222,6 +222,7 @@ class UringLoop final : public LoopBase {
   bool DriveReceive() override;
   bool SocketsHandedOver() const override;
   void DriveFlush() override;
+  size_t DriveQueued() const override { return direct_.size(); }
   // Sends what application threads queued in direct_ and could not send;
   // on failure tries again after kSendRetryDelay.
   void FlushDirect();
@@ -397,6 +398,9 @@ void UringLoop::Run() {
     Reap();
     const bool delivered = Deliver();
     MaybeWork(delivered);
+    // What a poster left queued (SendBatching::kWhileStreaming), and this
+    // round's sends behind it.
+    SendQueued();
   }
   // What the last round queued still leaves, before Drain cancels what the
   // kernel holds: a program that exits right after its last completion
@@ -404,6 +408,7 @@ void UringLoop::Run() {
   // retransmits into a closed port until its retry count runs out).
   SubmitPending();
   if (sends_unsubmitted_) io_uring_submit(&u_->ring);
+  FlushDirect();
   ReleaseToSleep(std::nullopt);
   Drain();
 }

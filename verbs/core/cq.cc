@@ -156,10 +156,14 @@ int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) 
     WatchUnacknowledgedAtExit();
     WatchCqEventWait(channel);
   }
-  provider::AwaitCompletionEvent(channel->context, channel->fd,
-                                 ToChannel(channel)->events.queued());
+  EventQueue& events = ToChannel(channel)->events;
+  {
+    // What this thread completes while it waits, it takes itself below.
+    EventQueue::DeferSignals defer(events);
+    provider::AwaitCompletionEvent(channel->context, channel->fd, events.queued());
+  }
   ibv_async_event ev;
-  if (ToChannel(channel)->events.Get(&ev) != 0) return -1;
+  if (events.Get(&ev) != 0) return -1;
   *cq = ev.element.cq;
   *cq_context = (*cq)->cq_context;
   return 0;

@@ -11,6 +11,24 @@
 #include "emulator/base/log.h"
 
 namespace rdmaemu::verbs {
+namespace {
+
+// The queue whose signals this thread defers (EventQueue::DeferSignals).
+thread_local const EventQueue* deferring = nullptr;
+
+// Adds `n` counts to the eventfd.
+void Signal(int fd, uint64_t n) {
+  // Cannot fail short of the counter overflowing 2^64-2 events.
+  if (::write(fd, &n, sizeof n) != sizeof n) {
+    Log().error("event queue: eventfd write failed: {}", std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+EventQueue::DeferSignals::DeferSignals(EventQueue& queue) : previous_(deferring) { deferring = &queue; }
+
+EventQueue::DeferSignals::~DeferSignals() { deferring = previous_; }
 
 EventQueue::~EventQueue() {
   if (fd_ >= 0) ::close(fd_);
@@ -27,15 +45,34 @@ void EventQueue::Push(const ibv_async_event& event, const void* object) {
     std::lock_guard lock(mu_);
     queue_.push_back(Entry{event, object});
     queued_.store(queue_.size(), std::memory_order_release);
+    if (deferring == this) {
+      ++unsignalled_;
+      return;
+    }
   }
-  uint64_t one = 1;
-  // Cannot fail short of the counter overflowing 2^64-2 events.
-  if (::write(fd_, &one, sizeof one) != sizeof one) {
-    Log().error("event queue: eventfd write failed: {}", std::strerror(errno));
-  }
+  Signal(fd_, 1);
 }
 
 int EventQueue::Get(ibv_async_event* event) {
+  bool taken = false;
+  uint64_t rest = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (unsignalled_ > 0 && !queue_.empty()) {
+      // One of the events this thread queued with its count deferred: the
+      // count is not in the fd, so no read() takes it.
+      Entry e = queue_.front();
+      queue_.pop_front();
+      queued_.store(queue_.size(), std::memory_order_release);
+      if (e.object != nullptr) ++reported_[e.object];
+      *event = e.event;
+      taken = true;
+      rest = unsignalled_ - 1;
+      unsignalled_ = 0;
+    }
+  }
+  if (rest > 0) Signal(fd_, rest);
+  if (taken) return 0;
   for (;;) {
     uint64_t count;
     ssize_t n = ::read(fd_, &count, sizeof count);
@@ -96,7 +133,11 @@ uint32_t EventQueue::Discard(const void* object) {
   }
   queued_.store(queue_.size(), std::memory_order_release);
   for (size_t i = 0; i < removed; ++i) {
-    if (!TakeBackCount()) ++owed_;
+    if (unsignalled_ > 0) {
+      --unsignalled_;  // its count was never written
+    } else if (!TakeBackCount()) {
+      ++owed_;
+    }
   }
   uint32_t reported = 0;
   if (auto it = reported_.find(object); it != reported_.end()) {

@@ -13,6 +13,14 @@
 // the fd empty; the debt is remembered in `owed_` and the next reader to
 // lock pays it by waiting again, so the counter never outlives the queue.
 //
+// A thread that is about to take an event itself (ibv_get_cq_event, while
+// it drives the device) may defer the fd's counts of the events it queues
+// meanwhile (DeferSignals): its Get then takes one of them with no read()
+// and writes the counts of the rest, so an event the waiter queued and
+// takes at once costs no eventfd write and read. The counts are only late
+// within that one call: no other thread could have taken the event first
+// in a way the program can tell, since the caller takes one in the same call.
+//
 // "Reported" counts, per object, the events the application has taken; a
 // destroy waits until its acks equal that count. Events discarded at destroy
 // were never reported and give their counts back.
@@ -46,6 +54,19 @@ class EventQueue {
   // is taken (the CQ, QP, SRQ or WQ), or nullptr for port/device events.
   void Push(const ibv_async_event& event, const void* object);
 
+  // While it lives, Push on this thread to `queue` leaves the fd's count
+  // owed instead of writing it; the thread must call queue.Get next.
+  class DeferSignals {
+   public:
+    explicit DeferSignals(EventQueue& queue);
+    ~DeferSignals();
+    DeferSignals(const DeferSignals&) = delete;
+    DeferSignals& operator=(const DeferSignals&) = delete;
+
+   private:
+    const EventQueue* previous_;
+  };
+
   // Takes the oldest event: blocks unless the fd is O_NONBLOCK. Returns 0,
   // or -1 with errno (EAGAIN, EINTR, …) as read() sets it.
   int Get(ibv_async_event* event);
@@ -75,6 +96,9 @@ class EventQueue {
   std::deque<Entry> queue_;                               // guarded by mu_
   std::unordered_map<const void*, uint32_t> reported_;   // guarded by mu_
   uint64_t owed_ = 0;  // counts held by readers for discarded events; mu_
+  // Queued events whose counts were deferred (DeferSignals) and not yet
+  // written to the fd; mu_.
+  uint64_t unsignalled_ = 0;
   std::atomic<size_t> queued_{0};  // queue_.size(), stored under mu_
 };
 

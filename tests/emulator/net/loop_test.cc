@@ -358,6 +358,42 @@ TEST_P(LoopTest, WhatTheLastRoundQueuedLeavesAtStop) {
   EXPECT_TRUE(WaitUntil([&] { return received.load() == 1; }, 2s));
 }
 
+// A poster that streams (SendBatching::kWhileStreaming) may leave its
+// datagrams queued, to leave with the next ones; with nobody driving after
+// it, they still leave by kPostWait, the loop thread woken for them.
+TEST_P(LoopTest, SendsAPosterLeftQueuedLeaveWithNobodyElseDriving) {
+  FnHandler ha, hb;
+  std::unique_ptr<Loop> a = MakeLoop(&ha);
+  std::unique_ptr<Loop> b = MakeLoop(&hb);
+  ASSERT_TRUE(a && b);
+  std::atomic<int> to_send{0};
+  ha.on_work = [&](Clock::time_point) -> std::optional<Clock::time_point> {
+    static const char kMessage[] = "posted";
+    const iovec iov[] = {Iov(kMessage, 6)};
+    for (int n = to_send.exchange(0); n > 0; --n) a->Send(b->address(), iov);
+    return std::nullopt;
+  };
+  std::atomic<int> received{0};
+  hb.on_datagrams = [&](std::span<const Datagram> batch) { received += static_cast<int>(batch.size()); };
+  StopFirst stop_first{a.get(), b.get()};
+  b->Start();
+  a->Start();
+  for (int round = 0; round < 5; ++round) {
+    // The loop thread asleep with nothing to wait for (nobody drove).
+    std::this_thread::sleep_for(20ms);
+    const int before = received.load();
+    to_send = 1;
+    ASSERT_TRUE(WaitUntil([&] { return a->Drive(false, SendBatching::kWhileStreaming); }, 5s));
+    EXPECT_TRUE(WaitUntil([&] { return received.load() == before + 1; }, 2s)) << "round " << round;
+  }
+  // A full batch leaves before Drive returns.
+  const uint64_t sent_before = a->stats().datagrams_sent;
+  to_send = static_cast<int>(kPostBatch);
+  ASSERT_TRUE(WaitUntil([&] { return a->Drive(false, SendBatching::kWhileStreaming); }, 5s));
+  EXPECT_GE(a->stats().datagrams_sent, sent_before + kPostBatch);
+  EXPECT_TRUE(WaitUntil([&] { return received.load() == 5 + static_cast<int>(kPostBatch); }, 2s));
+}
+
 TEST_P(LoopTest, DatagramsWaitingAtStartArriveInBatches) {
   constexpr int kCount = 200;
   FnHandler ha, hb;

@@ -333,5 +333,60 @@ TEST_F(EventQueueTest, ReportedCountsEventsTakenFromManyThreads) {
   EXPECT_EQ(q_.Discard(&a), static_cast<uint32_t>(kEvents));
 }
 
+// A thread that waits for an event defers the counts of the events it
+// queues itself: its Get takes one with no count in the fd, and the rest
+// are signalled then, so the fd's counter still equals the queue.
+TEST_F(EventQueueTest, DeferredEventIsTakenWithoutItsCountAndTheRestAreSignalled) {
+  int a = 0;
+  q_.Push(CqEvent(&a), &a);  // signalled, before the deferring scope
+  {
+    EventQueue::DeferSignals defer(q_);
+    q_.Push(Port(1), nullptr);
+    q_.Push(Port(2), nullptr);
+    EXPECT_EQ(FdCounter(q_.fd()), 1u);  // only the first is in the fd
+    EXPECT_EQ(q_.size(), 3u);
+  }
+  ibv_async_event e{};
+  ASSERT_EQ(q_.Get(&e), 0);
+  EXPECT_EQ(e.element.cq, CqEvent(&a).element.cq);  // the oldest, as always
+  EXPECT_EQ(q_.Reported(&a), 1u);
+  // Two events left, and now both counts are in the fd.
+  EXPECT_EQ(FdCounter(q_.fd()), 2u);
+  SetNonBlocking(q_.fd());
+  ASSERT_EQ(q_.Get(&e), 0);
+  EXPECT_EQ(e.element.port_num, 1);
+  ASSERT_EQ(q_.Get(&e), 0);
+  EXPECT_EQ(e.element.port_num, 2);
+  EXPECT_EQ(q_.Get(&e), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  EXPECT_FALSE(Readable(q_.fd()));
+}
+
+TEST_F(EventQueueTest, DeferringOneQueueSignalsAnotherAsUsual) {
+  EventQueue other;
+  ASSERT_TRUE(other.Open().ok());
+  EventQueue::DeferSignals defer(q_);
+  other.Push(Port(1), nullptr);
+  EXPECT_TRUE(Readable(other.fd()));
+  q_.Push(Port(2), nullptr);
+  EXPECT_FALSE(Readable(q_.fd()));
+}
+
+TEST_F(EventQueueTest, DiscardOfADeferredEventLeavesTheCounterRight) {
+  int a = 0, b = 0;
+  {
+    EventQueue::DeferSignals defer(q_);
+    q_.Push(CqEvent(&a), &a);
+    q_.Push(CqEvent(&b), &b);
+  }
+  EXPECT_EQ(q_.Discard(&a), 0u);
+  EXPECT_EQ(q_.size(), 1u);
+  ibv_async_event e{};
+  ASSERT_EQ(q_.Get(&e), 0);
+  EXPECT_EQ(e.element.cq, CqEvent(&b).element.cq);
+  EXPECT_EQ(FdCounter(q_.fd()), 0u);
+  EXPECT_FALSE(Readable(q_.fd()));
+}
+
 }  // namespace
 }  // namespace rdmaemu::verbs
