@@ -1,7 +1,9 @@
 #include "emulator/wire/icrc.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "emulator/base/endian.h"
@@ -78,20 +80,46 @@ __attribute__((target("pclmul"))) inline __m128i Load128(const uint8_t* p) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
 }
 
+// The last reduction of the Intel paper (and Linux's crc32-pclmul): a
+// 128-bit lane congruent to the message, folded to 64 bits (x^64 and x^32
+// mod P) and reduced to the 32-bit register by Barrett (mu =
+// floor(x^64 / P), and P itself, both bit-reflected). Where the tables did
+// this, their 8 KiB left the cache to each 4 KiB payload, and the few bytes
+// of each packet's headers cost as much as its payload.
+constexpr int64_t kFold64 = 0x163cd6124;     // x^64 mod P, reflected, shifted
+constexpr int64_t kBarrettMu = 0x1f7011641;  // floor(x^64 / P), reflected
+constexpr int64_t kBarrettP = 0x1db710641;   // P, reflected
+
+__attribute__((target("pclmul,sse4.1"))) uint32_t Reduce128(__m128i x) {
+  const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
+  // 128 → 96 bits: the low half, multiplied by kFold128Hi, into the high.
+  x = _mm_xor_si128(_mm_clmulepi64_si128(x, _mm_set_epi64x(kFold128Hi, kFold128Lo), 0x10),
+                    _mm_srli_si128(x, 8));
+  // 96 → 64 bits.
+  x = _mm_xor_si128(_mm_srli_si128(x, 4),
+                    _mm_clmulepi64_si128(_mm_and_si128(x, mask32), _mm_set_epi64x(0, kFold64), 0x00));
+  // Barrett: q = (low 32 bits * mu) mod x^32, then the register is the
+  // middle 32 bits of x + q * P.
+  const __m128i poly = _mm_set_epi64x(kBarrettMu, kBarrettP);
+  __m128i q = _mm_and_si128(_mm_clmulepi64_si128(_mm_and_si128(x, mask32), poly, 0x10), mask32);
+  x = _mm_xor_si128(x, _mm_clmulepi64_si128(q, poly, 0x00));
+  return static_cast<uint32_t>(_mm_extract_epi32(x, 1));
+}
+
+uint32_t UpdateShortClmul(uint32_t reg, const uint8_t* p, size_t n);
+
 // Both carry-less paths end here, with one 128-bit lane congruent to the
 // message so far and n < 128 bytes left: the rest folds in 16 bytes a step,
-// and instead of a Barrett reduction the last 128 bits run through the
-// table, with the tail.
-__attribute__((target("pclmul"))) uint32_t FinishFold(__m128i x, const uint8_t* p, size_t n) {
+// the lane reduces to the register, and the last few bytes follow.
+__attribute__((target("pclmul,sse4.1"))) uint32_t FinishFold(__m128i x, const uint8_t* p, size_t n) {
   const __m128i k128 = _mm_set_epi64x(kFold128Hi, kFold128Lo);
   while (n >= 16) {
     x = Fold(x, k128, Load128(p));
     p += 16;
     n -= 16;
   }
-  alignas(16) uint8_t rest[16];
-  _mm_store_si128(reinterpret_cast<__m128i*>(rest), x);
-  return UpdateTable(UpdateTable(0, rest, sizeof(rest)), p, n);
+  const uint32_t reg = Reduce128(x);
+  return n >= 4 ? UpdateShortClmul(reg, p, n) : UpdateBytewise(reg, p, n);
 }
 
 // Needs n >= 64.
@@ -115,6 +143,20 @@ __attribute__((target("pclmul"))) uint32_t UpdateClmul(uint32_t reg, const uint8
   }
   __m128i x = Fold(Fold(Fold(x0, k128, x1), k128, x2), k128, x3);
   return FinishFold(x, p, n);
+}
+
+// 4 <= n < 64 bytes without the tables. The register enters as the first 32
+// message bits XORed in (so with n >= 4 the rest starts from a zero
+// register), and zero bytes in front of a message leave a zero register
+// zero: so the bytes, right-aligned in a zeroed 64-byte block, give the
+// same register as themselves.
+uint32_t UpdateShortClmul(uint32_t reg, const uint8_t* p, size_t n) {
+  assert(n >= 4 && n < 64);
+  alignas(16) uint8_t block[64] = {};
+  uint8_t* at = block + sizeof(block) - n;
+  std::memcpy(at, p, n);
+  StoreLe32(at, LoadLe32(at) ^ reg);
+  return UpdateClmul(0, block, sizeof(block));
 }
 
 // The same with 256-bit lanes (VPCLMULQDQ on AVX2): four lanes absorb 128
@@ -189,6 +231,7 @@ uint32_t Update(uint32_t reg, const uint8_t* p, size_t n) {
 #if defined(__x86_64__)
   if (n >= 128 && kHasVclmul) return UpdateVclmul(reg, p, n);
   if (n >= 64 && kHasClmul) return UpdateClmul(reg, p, n);
+  if (n >= 4 && kHasClmul) return UpdateShortClmul(reg, p, n);
 #endif
   return UpdateTable(reg, p, n);
 }
@@ -232,12 +275,19 @@ void MaskVariantFields(uint8_t* h, size_t ip_bytes) {
 // from pieces; the first holds at least the BTH's first 5 bytes.
 uint32_t IcrcOverMasked(std::span<const uint8_t> masked_ip_udp,
                         std::span<const std::span<const uint8_t>> ib) {
-  assert(!ib.empty() && ib[0].size() > kBthResv8a);
-  static constexpr uint8_t kOnes = 0xff;
-  uint32_t reg = Update(kRegisterAfterLrh, masked_ip_udp);
-  reg = Update(reg, ib[0].data(), kBthResv8a);
-  reg = Update(reg, &kOnes, 1);
-  reg = Update(reg, ib[0].subspan(kBthResv8a + 1));
+  assert(!ib.empty() && ib[0].size() > kBthResv8a && masked_ip_udp.size() <= kMaxIpUdpBytes);
+  // The headers and the start of the IB packet in one block, BTH byte 4
+  // masked there: one pass of the carry-less path rather than several of a
+  // few bytes each.
+  constexpr size_t kHeadIb = 64;
+  uint8_t head[kMaxIpUdpBytes + kHeadIb];
+  const size_t ip_udp = masked_ip_udp.size();
+  const size_t first = std::min(ib[0].size(), kHeadIb);
+  std::memcpy(head, masked_ip_udp.data(), ip_udp);
+  std::memcpy(head + ip_udp, ib[0].data(), first);
+  head[ip_udp + kBthResv8a] = 0xff;
+  uint32_t reg = Update(kRegisterAfterLrh, head, ip_udp + first);
+  reg = Update(reg, ib[0].subspan(first));
   for (const auto& piece : ib.subspan(1)) reg = Update(reg, piece);
   return ~reg;
 }
