@@ -423,8 +423,12 @@ bool LoopBase::BeginWait(std::vector<int>* fds) {
   drive_mu_.lock();
   // Under the drive lock the loop thread is not between looking at the hold
   // and acting on it: once waiters_ counts us it keeps off the sockets.
+  // The caller takes them even where nobody drove within kDriveHold: a
+  // poller whose Drive found the loop thread mid-round had left no hold,
+  // and the loop thread then did the work of the waiting program's own
+  // datagrams (qperf rc_rdma_read_bw on io_uring: 1.4 → 2.1 GB/s).
   const Clock::time_point now = Clock::now();
-  const bool ok = !stop_requested() && running_.load(std::memory_order_relaxed) && ApplicationHold(now);
+  const bool ok = !stop_requested() && running_.load(std::memory_order_relaxed);
   // A loop thread still watching the sockets (it sleeps; it notices a hold
   // only when it wakes) is woken to let go of them, so that the datagram
   // the caller waits for wakes the caller alone. Until then the datagram

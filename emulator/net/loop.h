@@ -202,14 +202,15 @@ class Loop {
   // block): the loop thread watches the sockets again at once.
   virtual void Release() = 0;
   // Any thread not inside a LoopHandler call, about to block until an fd of
-  // its own is ready (a completion channel's): if application threads drive
-  // the receive side now (a Drive(true) within kDriveHold), they keep it
-  // for as long as the caller waits, and `fds` gets the sockets' fds for
-  // the caller to watch beside its own; the caller drives when one is
-  // readable, so the datagram wakes it alone, not the loop thread first
-  // (the loop thread lets go of the sockets within a round, if it still
-  // had them). Waits for a round in progress to end. True if so; false,
-  // doing nothing, when nobody drives (then Release and block as before).
+  // its own is ready (a completion channel's): application threads keep
+  // the receive side for as long as the caller waits, and `fds` gets the
+  // sockets' fds for the caller to watch beside its own; the caller drives
+  // when one is readable, so the datagram wakes it alone, not the loop
+  // thread first (the loop thread lets go of the sockets within a round,
+  // if it still had them: a waiter takes them whether or not a program
+  // drove before, since it is about to). Waits for a round in progress to
+  // end. True if so; false, doing nothing, when the loop stops (then
+  // Release and block as before).
   // Every true is followed by one EndWait, which starts the usual
   // kDriveHold: if nobody drives or waits again by its end, the loop thread
   // takes the sockets back. While a thread waits, the loop thread looks
