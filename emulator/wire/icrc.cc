@@ -86,9 +86,11 @@ __attribute__((target("pclmul"))) inline __m128i Load128(const uint8_t* p) {
 // floor(x^64 / P), and P itself, both bit-reflected). Where the tables did
 // this, their 8 KiB left the cache to each 4 KiB payload, and the few bytes
 // of each packet's headers cost as much as its payload.
-constexpr int64_t kFold64 = 0x163cd6124;     // x^64 mod P, reflected, shifted
-constexpr int64_t kBarrettMu = 0x1f7011641;  // floor(x^64 / P), reflected
-constexpr int64_t kBarrettP = 0x1db710641;   // P, reflected
+// The constants are that paper's (Linux's R5, and its u and P'): the
+// 96 → 64 fold, then mu and P for Barrett, all bit-reflected.
+constexpr int64_t kFold64 = 0x163cd6124;
+constexpr int64_t kBarrettMu = 0x1f7011641;
+constexpr int64_t kBarrettP = 0x1db710641;
 
 __attribute__((target("pclmul,sse4.1"))) uint32_t Reduce128(__m128i x) {
   const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
@@ -220,7 +222,8 @@ const bool kHasVclmul = CpuHasVclmul();
 
 bool CpuHasClmul() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("pclmul");
+  // (Reduce128 also needs SSE4.1, which every CPU with PCLMULQDQ has.)
+  return __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
 }
 
 // False until initialized, which only means the table path: always correct.
