@@ -61,11 +61,7 @@ int EventQueue::Get(ibv_async_event* event) {
     if (unsignalled_ > 0 && !queue_.empty()) {
       // One of the events this thread queued with its count deferred: the
       // count is not in the fd, so no read() takes it.
-      Entry e = queue_.front();
-      queue_.pop_front();
-      queued_.store(queue_.size(), std::memory_order_release);
-      if (e.object != nullptr) ++reported_[e.object];
-      *event = e.event;
+      TakeFront(event);
       taken = true;
       rest = unsignalled_ - 1;
       unsignalled_ = 0;
@@ -93,13 +89,17 @@ int EventQueue::Get(ibv_async_event* event) {
       Log().error("event queue: a count with no event behind it");
       continue;
     }
-    Entry e = queue_.front();
-    queue_.pop_front();
-    queued_.store(queue_.size(), std::memory_order_release);
-    if (e.object != nullptr) ++reported_[e.object];
-    *event = e.event;
+    TakeFront(event);
     return 0;
   }
+}
+
+void EventQueue::TakeFront(ibv_async_event* event) {
+  Entry e = queue_.front();
+  queue_.pop_front();
+  queued_.store(queue_.size(), std::memory_order_release);
+  if (e.object != nullptr) ++reported_[e.object];
+  *event = e.event;
 }
 
 bool EventQueue::TakeBackCount() {

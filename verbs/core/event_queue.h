@@ -88,6 +88,8 @@ class EventQueue {
     ibv_async_event event;
     const void* object;
   };
+  // mu_ held, queue not empty: takes the oldest event for the caller.
+  void TakeFront(ibv_async_event* event);
   // True if a count was taken back, false if a reader holds it.
   bool TakeBackCount();
 
