@@ -654,8 +654,18 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather 
       if (!piece.empty()) iov[n++] = {const_cast<uint8_t*>(piece.data()), piece.size()};
     }
     iov[n++] = {trailer.data(), g->trailer_bytes};
+    // An RC or XRC request's payload stays in its registered memory, as the
+    // verbs require, until the ACK that completes its WQE, which cannot
+    // come before the packet has left: the kernel copies it from there.
+    // Not a READ response: the responder's program may write its memory
+    // meanwhile, which would leave the packet's ICRC behind its bytes (a
+    // device reads as it sends). Nor UC or UD, whose sends complete as they
+    // are queued: the program may then reuse the buffer.
+    const bool borrow = qp != nullptr && IsReliable(qp->type) &&
+                        !wire::InfoOf(fields.opcode).Has(wire::kResponseMask);
     Sent(qp, fields, payload, dst_ip, g->length);
-    SendDatagram(port, to, std::span<const iovec>(iov.data(), n), g->length, tos);
+    SendDatagram(port, to, std::span<const iovec>(iov.data(), n), g->length, tos,
+                 borrow ? net::Gathered::kBorrowPayload : net::Gathered::kCopy);
     return;
   }
   // The payload starts on a cache line of packet_: copying 4 KiB into a
@@ -835,7 +845,7 @@ void Engine::ReceiveGsi(const wire::PacketView& packet, const net::Datagram& d, 
 }
 
 void Engine::SendDatagram(uint8_t port, const sockaddr_in& to, std::span<const iovec> iov, size_t length,
-                          uint8_t tos) {
+                          uint8_t tos, net::Gathered gathered) {
   // Transmit gathers a packet only while no capture runs, so one that
   // starts meanwhile misses at most the packets already being gathered.
   if (iov.size() == 1) {
@@ -843,7 +853,7 @@ void Engine::SendDatagram(uint8_t port, const sockaddr_in& to, std::span<const i
     capture::Record({from.ip, ntohl(to.sin_addr.s_addr), from.udp_port, ntohs(to.sin_port), tos},
                     {static_cast<const uint8_t*>(iov[0].iov_base), iov[0].iov_len});
   }
-  loop_->Send(port - 1, to, iov, tos);
+  loop_->Send(port - 1, to, iov, tos, gathered);
   CountPort(port, &Counters::packets_sent);
   CountPort(port, &Counters::bytes_sent, length);
 }

@@ -261,10 +261,11 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // Device::Fatal: every QP to ERR with its work flushed (any thread).
   void FailAllQps();
   // The one exit to the socket: every datagram (`length` bytes gathered
-  // from `iov`) leaves here, counted on the port, and is captured here
-  // (after fault rules, before the kernel), exactly as it goes out.
+  // from `iov`, what `gathered` says borrowed) leaves here, counted on the
+  // port, and is captured here (after fault rules, before the kernel),
+  // exactly as it goes out.
   void SendDatagram(uint8_t port, const sockaddr_in& to, std::span<const iovec> iov, size_t length,
-                    uint8_t tos);
+                    uint8_t tos, net::Gathered gathered = net::Gathered::kCopy);
   // Validates an SGE list against the QP's PD; `write` needs LOCAL_WRITE.
   objects::WcStatus CheckSges(const Qp& qp, const std::vector<Sge>& sges, bool write);
   // The same against `pd`, naming queue `num` (a QP or WQ) in the log.

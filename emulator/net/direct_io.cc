@@ -119,8 +119,9 @@ bool DirectIo::ReceiveAll(int fd, int owner, LoopHandler& handler, const std::at
   return delivered;
 }
 
-bool DirectIo::Queue(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos) {
-  const int id = pool_.Acquire(socket, to, iov, tos);
+bool DirectIo::Queue(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos,
+                     Gathered gathered) {
+  const int id = pool_.Acquire(socket, to, iov, tos, gathered);
   if (id < 0) {
     Add(counters_.send_drops);
     return false;

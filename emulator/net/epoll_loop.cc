@@ -44,7 +44,8 @@ class EpollLoop final : public LoopBase {
     close(epoll_fd_);
   }
 
-  void Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos = 0) override;
+  void Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos = 0,
+            Gathered gathered = Gathered::kCopy) override;
 
  private:
   void Run() override;
@@ -213,14 +214,15 @@ void EpollLoop::ApplyGroupChanges() {
   }
 }
 
-void EpollLoop::Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos) {
+void EpollLoop::Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos,
+                     Gathered gathered) {
   CheckDriving("Loop::Send");
   if (socket < 0 || socket >= num_sockets()) {
     Add(counters().send_errors);
     RDMAEMU_WARN_LIMITED("Loop::Send: no socket {} (the loop has {})", socket, num_sockets());
     return;
   }
-  if (direct_.Queue(socket, to, iov, tos)) Flush();
+  if (direct_.Queue(socket, to, iov, tos, gathered)) Flush();
 }
 
 void EpollLoop::Flush() {

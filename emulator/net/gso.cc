@@ -31,16 +31,24 @@ void BuildGso(SendPool& pool, const std::function<int(int)>& id_at, int availabl
   // (UdpSocket::OpenGroup) do not turn on UDP_GRO, and multicast with GSO
   // (looped back to local members as a copy) was never tried.
   if (!gso || Multicast(first.to)) return;
-  const size_t segment = first.iov.iov_len;
+  const size_t segment = first.length;
   if (segment == 0 || segment > kMaxGsoBytes / 2) return;
   size_t total = segment;
-  out->iov[0] = first.iov;
+  size_t pieces = 0;
+  auto add = [&](const SendSlot& s) {
+    for (int i = 0; i < s.iov_count; ++i) out->iov[pieces++] = s.iov[static_cast<size_t>(i)];
+  };
+  add(first);
   int n = 1;
   while (n < available && n < kMaxGsoSegments) {
     const SendSlot& next = pool[id_at(n)];
-    const size_t size = next.iov.iov_len;
-    if (!SameDestination(first, next) || size == 0 || size > segment || total + size > kMaxGsoBytes) break;
-    out->iov[n++] = next.iov;
+    const size_t size = next.length;
+    if (!SameDestination(first, next) || size == 0 || size > segment || total + size > kMaxGsoBytes ||
+        pieces + static_cast<size_t>(next.iov_count) > out->iov.size()) {
+      break;
+    }
+    add(next);
+    ++n;
     total += size;
     if (size < segment) break;  // only the last may be shorter
   }
@@ -51,7 +59,7 @@ void BuildGso(SendPool& pool, const std::function<int(int)>& id_at, int availabl
   m.msg_name = &first.to;
   m.msg_namelen = sizeof(first.to);
   m.msg_iov = out->iov.data();
-  m.msg_iovlen = static_cast<size_t>(n);
+  m.msg_iovlen = pieces;
   m.msg_control = out->control;
   m.msg_controllen = CMSG_SPACE(sizeof(uint16_t)) + (first.tos != 0 ? CMSG_SPACE(sizeof(int)) : 0);
   std::memset(out->control, 0, sizeof(out->control));

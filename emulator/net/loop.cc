@@ -78,7 +78,8 @@ std::string ErrnoText(int err) {
   return text != nullptr ? text : "errno " + std::to_string(err);
 }
 
-int SendPool::Acquire(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos) {
+int SendPool::Acquire(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos,
+                      Gathered gathered) {
   int id;
   if (!free_.empty()) {
     id = free_.back();
@@ -92,28 +93,42 @@ int SendPool::Acquire(int socket, const sockaddr_in& to, std::span<const iovec> 
   SendSlot& s = *slots_[id];
   size_t total = 0;
   for (const iovec& v : iov) total += v.iov_len;
-  // The copy lands with the second piece (a packet's payload, after its
-  // headers) on a cache line: the string instructions memcpy uses copy
-  // several times slower into a destination a few bytes off one.
-  constexpr size_t kLine = 64;
-  s.storage.resize(total + kLine - 1);
-  const auto base = reinterpret_cast<uintptr_t>(s.storage.data());
-  const size_t lead = iov.size() > 1 ? iov[0].iov_len : 0;
-  uint8_t* start = s.storage.data() + (kLine - (base + lead) % kLine) % kLine;
-  size_t at = 0;
-  for (const iovec& v : iov) {
-    if (v.iov_len != 0) std::memcpy(start + at, v.iov_base, v.iov_len);
-    at += v.iov_len;
+  if (gathered == Gathered::kBorrowPayload && iov.size() == 3 && iov[1].iov_len >= kMinBorrowedPayload) {
+    // Only the header and the trailer are copied; the kernel copies the
+    // payload from where it lies when the datagram leaves.
+    s.storage.resize(iov[0].iov_len + iov[2].iov_len);
+    uint8_t* head = s.storage.data();
+    uint8_t* tail = head + iov[0].iov_len;
+    if (iov[0].iov_len != 0) std::memcpy(head, iov[0].iov_base, iov[0].iov_len);
+    if (iov[2].iov_len != 0) std::memcpy(tail, iov[2].iov_base, iov[2].iov_len);
+    s.iov = {iovec{head, iov[0].iov_len}, iov[1], iovec{tail, iov[2].iov_len}};
+    s.iov_count = 3;
+  } else {
+    // The copy lands with the second piece (a packet's payload, after its
+    // headers) on a cache line: the string instructions memcpy uses copy
+    // several times slower into a destination a few bytes off one.
+    constexpr size_t kLine = 64;
+    s.storage.resize(total + kLine - 1);
+    const auto base = reinterpret_cast<uintptr_t>(s.storage.data());
+    const size_t lead = iov.size() > 1 ? iov[0].iov_len : 0;
+    uint8_t* start = s.storage.data() + (kLine - (base + lead) % kLine) % kLine;
+    size_t at = 0;
+    for (const iovec& v : iov) {
+      if (v.iov_len != 0) std::memcpy(start + at, v.iov_base, v.iov_len);
+      at += v.iov_len;
+    }
+    s.iov[0] = {start, total};
+    s.iov_count = 1;
   }
+  s.length = total;
   s.socket = socket;
   s.tos = tos;
   s.to = to;
-  s.iov = {start, total};
   s.msg = {};
   s.msg.msg_name = &s.to;
   s.msg.msg_namelen = sizeof(s.to);
-  s.msg.msg_iov = &s.iov;
-  s.msg.msg_iovlen = 1;
+  s.msg.msg_iov = s.iov.data();
+  s.msg.msg_iovlen = static_cast<size_t>(s.iov_count);
   if (tos != 0) {
     s.msg.msg_control = s.control.bytes;
     s.msg.msg_controllen = sizeof(s.control.bytes);

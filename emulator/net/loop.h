@@ -153,6 +153,20 @@ enum class SendBatching {
   kWhileStreaming,
 };
 
+// What Send copies of a datagram's pieces.
+enum class Gathered : uint8_t {
+  kCopy,  // all of them, before Send returns
+  // A datagram of three pieces (headers, payload, trailer) whose payload,
+  // of at least kMinBorrowedPayload bytes, stays where it is, unchanged,
+  // until the datagram has left: only its headers and trailer are copied,
+  // and the kernel copies the payload straight from the caller's memory (a
+  // registered region). A smaller payload, or another shape, is copied.
+  kBorrowPayload,
+};
+// Below this a payload costs less to copy than the two more pieces of a
+// send it would be.
+inline constexpr size_t kMinBorrowedPayload = 1024;
+
 struct LoopOptions {
   // Test seam: an errno value (EPERM, ENOSYS, ...) makes io_uring setup fail
   // as if the kernel refused it, so the fallback path can be exercised on a
@@ -227,10 +241,11 @@ class Loop {
   // if the loop has stopped. Any thread not inside a LoopHandler call.
   virtual bool Inject(std::span<const Datagram> batch) = 0;
   // Loop thread only: sends one datagram, gathered from `iov` (copied before
-  // Send returns), with `tos` in its IP header (RoCE v2's traffic class).
-  // Sends are queued and flushed together when the handler returns, or
-  // earlier when a batch fills.
-  virtual void Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos = 0) = 0;
+  // Send returns, but for what `gathered` borrows), with `tos` in its IP
+  // header (RoCE v2's traffic class). Sends are queued and flushed together
+  // when the handler returns, or earlier when a batch fills.
+  virtual void Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos = 0,
+                    Gathered gathered = Gathered::kCopy) = 0;
   // From the first socket.
   void Send(const sockaddr_in& to, std::span<const iovec> iov) { Send(0, to, iov); }
   virtual bool InLoopThread() const = 0;

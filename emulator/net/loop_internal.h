@@ -55,14 +55,17 @@ inline void Add(std::atomic<uint64_t>& counter, uint64_t n = 1) {
   counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
-// One datagram waiting to be sent: a copy of its bytes (`iov`, inside
-// `storage`) and a msghdr that points at them, stable in memory while the
-// kernel holds it.
+// One datagram waiting to be sent: a copy of its bytes (one piece, inside
+// `storage`), or of its header and trailer around a borrowed payload
+// (Gathered::kBorrowPayload), and a msghdr that points at them, stable in
+// memory while the kernel holds it.
 struct SendSlot {
   int socket = 0;  // which of the loop's sockets sends it
   uint8_t tos = 0;
   sockaddr_in to{};
-  iovec iov{};
+  std::array<iovec, 3> iov{};
+  int iov_count = 0;
+  size_t length = 0;  // the datagram's bytes, all pieces
   msghdr msg{};
   std::vector<uint8_t> storage;  // keeps its capacity between uses
   // An IP_TOS control message when the datagram has a traffic class.
@@ -77,7 +80,8 @@ struct SendSlot {
 class SendPool {
  public:
   // A free slot filled with the datagram, or -1 if all are in use.
-  int Acquire(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos = 0);
+  int Acquire(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos = 0,
+              Gathered gathered = Gathered::kCopy);
   void Release(int id) { free_.push_back(id); }
   SendSlot& operator[](int id) { return *slots_[id]; }
   size_t in_use() const { return slots_.size() - free_.size(); }
@@ -95,12 +99,16 @@ class SendPool {
 // packets of one RDMA message are such a run.
 inline constexpr int kMaxGsoSegments = 64;  // UDP_MAX_SEGMENTS before Linux 6.9
 inline constexpr size_t kMaxGsoBytes = 65507;  // an IPv4 datagram's payload
+// The pieces of one GSO send: enough for its most datagrams, copied (one
+// piece each), or for the most 4 KiB payloads it can carry, borrowed
+// (three pieces each).
+inline constexpr int kMaxGsoPieces = 2 * kMaxGsoSegments;
 
 // One send of one or more queued datagrams.
 struct GsoMessage {
   msghdr msg{};
   int count = 0;  // datagrams it carries, from the first
-  std::array<iovec, kMaxGsoSegments> iov{};
+  std::array<iovec, kMaxGsoPieces> iov{};
   // UDP_SEGMENT and IP_TOS.
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int))]{};
 };
@@ -145,7 +153,8 @@ class DirectIo {
   bool ReceiveAll(int fd, int owner, LoopHandler& handler, const std::atomic<bool>& stop);
   // Queues a copy of one datagram; a full queue drops it (send_drops).
   // True when a batch is full and the caller should Flush.
-  bool Queue(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos);
+  bool Queue(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos,
+             Gathered gathered = Gathered::kCopy);
   enum class Flushed { kAll, kWouldBlock, kNoBuffers };
   // Sends what is queued, in order, through `fds` (by socket index). Stops at
   // a socket whose buffer is full (kWouldBlock, *blocked_socket says which)

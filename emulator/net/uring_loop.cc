@@ -219,7 +219,8 @@ class UringLoop final : public LoopBase {
 
   ~UringLoop() override { Stop(); }
 
-  void Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos = 0) override;
+  void Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos = 0,
+            Gathered gathered = Gathered::kCopy) override;
   // Also what the ring has received and the loop not yet reaped.
   bool ReceivePending() const override {
     return LoopBase::ReceivePending() || io_uring_cq_ready(&u_->ring) != 0;
@@ -493,7 +494,8 @@ void UringLoop::ArmDoorbell() {
   ++inflight_;
 }
 
-void UringLoop::Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos) {
+void UringLoop::Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos,
+                     Gathered gathered) {
   CheckDriving("Loop::Send");
   if (socket < 0 || socket >= num_sockets()) {
     Add(counters().send_errors);
@@ -503,17 +505,17 @@ void UringLoop::Send(int socket, const sockaddr_in& to, std::span<const iovec> i
   // Behind what an application thread queued and could not send yet, or
   // from one: the plain path, in order.
   if (DrivenByApplication() || !direct_.empty()) {
-    if (direct_.Queue(socket, to, iov, tos)) FlushDirect();
+    if (direct_.Queue(socket, to, iov, tos, gathered)) FlushDirect();
     return;
   }
-  int id = pool_.Acquire(socket, to, iov, tos);
+  int id = pool_.Acquire(socket, to, iov, tos, gathered);
   if (id < 0) {
     // Every slot is taken, most of them probably by sends the kernel has
     // finished but whose completions wait in the CQ: collect those first.
     SubmitPending();
     io_uring_submit(&u_->ring);
     Reap();
-    id = pool_.Acquire(socket, to, iov, tos);
+    id = pool_.Acquire(socket, to, iov, tos, gathered);
   }
   if (id < 0) {
     Add(counters().send_drops);

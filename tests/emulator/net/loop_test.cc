@@ -326,6 +326,75 @@ TEST_P(LoopTest, RunsOfEqualDatagramsLeaveAsOneGsoSendEach) {
   EXPECT_GE(b->stats().gro_receives, 1u);
 }
 
+// A borrowed payload (Gathered::kBorrowPayload) is not copied: the kernel
+// reads it where it lies when the datagram leaves, as part of a GSO send
+// like any other, whole and in order. What the caller writes there before
+// the round ends is what arrives; a payload too small to borrow, or a
+// datagram of another shape, is copied when it is queued.
+TEST_P(LoopTest, BorrowedPayloadsLeaveFromTheCallersMemory) {
+  FnHandler ha, hb;
+  std::unique_ptr<Loop> a = MakeLoop(&ha);
+  std::unique_ptr<Loop> b = MakeLoop(&hb);
+  ASSERT_TRUE(a && b);
+  constexpr int kBig = 12;  // 4096-byte payloads: one GSO run
+  constexpr size_t kPayload = 4096;
+  constexpr size_t kSmall = kMinBorrowedPayload - 1;
+  // Each datagram: a 4-byte header (its number), the payload, a 2-byte trailer.
+  std::vector<std::vector<uint8_t>> payloads(kBig + 1);
+  std::vector<std::array<uint8_t, 4>> headers(kBig + 1);
+  const std::array<uint8_t, 2> trailer = {0xAB, 0xCD};
+  auto fill = [](std::vector<uint8_t>& p, uint8_t tag) {
+    for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<uint8_t>(tag + i * 7);
+  };
+  bool sent = false;  // loop thread of a only
+  ha.on_work = [&](Clock::time_point) -> std::optional<Clock::time_point> {
+    if (sent) return std::nullopt;
+    for (uint32_t k = 0; k <= kBig; ++k) {
+      payloads[k].resize(k < kBig ? kPayload : kSmall);
+      fill(payloads[k], 1);
+      std::memcpy(headers[k].data(), &k, 4);
+      const iovec iov[] = {Iov(headers[k].data(), 4), Iov(payloads[k].data(), payloads[k].size()),
+                           Iov(trailer.data(), trailer.size())};
+      a->Send(0, b->address(), iov, 0, Gathered::kBorrowPayload);
+    }
+    // Still queued (the round has not ended): the borrowed payloads leave
+    // with these bytes, the copied one with those it had.
+    for (auto& p : payloads) fill(p, 2);
+    sent = true;
+    return std::nullopt;
+  };
+  std::mutex mu;
+  std::vector<std::vector<uint8_t>> got;
+  hb.on_datagrams = [&](std::span<const Datagram> batch) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const Datagram& d : batch) got.emplace_back(d.data.begin(), d.data.end());
+  };
+  StopFirst stop_first{a.get(), b.get()};
+  a->Start();
+  b->Start();
+  a->Ring();
+  ASSERT_TRUE(WaitUntil([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return got.size() >= static_cast<size_t>(kBig + 1);
+  }));
+  EXPECT_TRUE(WaitUntil([&] { return a->stats().datagrams_sent >= static_cast<uint64_t>(kBig + 1); }, 5s));
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(got.size(), static_cast<size_t>(kBig + 1));
+  for (uint32_t k = 0; k <= kBig; ++k) {
+    std::vector<uint8_t> payload(k < kBig ? kPayload : kSmall);
+    fill(payload, k < kBig ? 2 : 1);
+    std::vector<uint8_t> want(headers[k].begin(), headers[k].end());
+    want.insert(want.end(), payload.begin(), payload.end());
+    want.insert(want.end(), trailer.begin(), trailer.end());
+    EXPECT_TRUE(got[k] == want) << "datagram " << k << " (" << got[k].size() << " bytes, want "
+                                << want.size() << ")";
+  }
+  const LoopStats sa = a->stats();
+  EXPECT_GE(sa.gso_sends, 1u) << "borrowed datagrams still leave as one GSO send";
+  EXPECT_EQ(sa.bytes_sent, kBig * (4 + kPayload + 2) + (4 + kSmall + 2));
+  EXPECT_EQ(sa.send_errors, 0u);
+}
+
 // A program that exits right after its last completion owes its peer the
 // ACK that came with it: what the handler queued in the last round still
 // leaves when Stop has begun meanwhile.
