@@ -346,13 +346,17 @@ TEST_P(LoopTest, BorrowedPayloadsLeaveFromTheCallersMemory) {
   auto fill = [](std::vector<uint8_t>& p, uint8_t tag) {
     for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<uint8_t>(tag + i * 7);
   };
+  // Written here, before the loops start: the loop thread then only reads
+  // the headers, and the test thread never touches the payloads again.
+  for (uint32_t k = 0; k <= kBig; ++k) {
+    payloads[k].resize(k < kBig ? kPayload : kSmall);
+    fill(payloads[k], 1);
+    std::memcpy(headers[k].data(), &k, 4);
+  }
   bool sent = false;  // loop thread of a only
   ha.on_work = [&](Clock::time_point) -> std::optional<Clock::time_point> {
     if (sent) return std::nullopt;
     for (uint32_t k = 0; k <= kBig; ++k) {
-      payloads[k].resize(k < kBig ? kPayload : kSmall);
-      fill(payloads[k], 1);
-      std::memcpy(headers[k].data(), &k, 4);
       const iovec iov[] = {Iov(headers[k].data(), 4), Iov(payloads[k].data(), payloads[k].size()),
                            Iov(trailer.data(), trailer.size())};
       a->Send(0, b->address(), iov, 0, Gathered::kBorrowPayload);
