@@ -36,7 +36,7 @@ void BuildGso(SendPool& pool, const std::function<int(int)>& id_at, int availabl
   size_t total = segment;
   size_t pieces = 0;
   auto add = [&](const SendSlot& s) {
-    for (int i = 0; i < s.iov_count; ++i) out->iov[pieces++] = s.iov[static_cast<size_t>(i)];
+    for (size_t i = 0; i < s.msg.msg_iovlen; ++i) out->iov[pieces++] = s.iov[i];
   };
   add(first);
   int n = 1;
@@ -44,7 +44,7 @@ void BuildGso(SendPool& pool, const std::function<int(int)>& id_at, int availabl
     const SendSlot& next = pool[id_at(n)];
     const size_t size = next.length;
     if (!SameDestination(first, next) || size == 0 || size > segment || total + size > kMaxGsoBytes ||
-        pieces + static_cast<size_t>(next.iov_count) > out->iov.size()) {
+        pieces + next.msg.msg_iovlen > out->iov.size()) {
       break;
     }
     add(next);

@@ -93,6 +93,7 @@ int SendPool::Acquire(int socket, const sockaddr_in& to, std::span<const iovec> 
   SendSlot& s = *slots_[id];
   size_t total = 0;
   for (const iovec& v : iov) total += v.iov_len;
+  size_t pieces = 1;
   if (gathered == Gathered::kBorrowPayload && iov.size() == 3 && iov[1].iov_len >= kMinBorrowedPayload) {
     // Only the header and the trailer are copied; the kernel copies the
     // payload from where it lies when the datagram leaves.
@@ -102,7 +103,7 @@ int SendPool::Acquire(int socket, const sockaddr_in& to, std::span<const iovec> 
     if (iov[0].iov_len != 0) std::memcpy(head, iov[0].iov_base, iov[0].iov_len);
     if (iov[2].iov_len != 0) std::memcpy(tail, iov[2].iov_base, iov[2].iov_len);
     s.iov = {iovec{head, iov[0].iov_len}, iov[1], iovec{tail, iov[2].iov_len}};
-    s.iov_count = 3;
+    pieces = 3;
   } else {
     // The copy lands with the second piece (a packet's payload, after its
     // headers) on a cache line: the string instructions memcpy uses copy
@@ -118,7 +119,6 @@ int SendPool::Acquire(int socket, const sockaddr_in& to, std::span<const iovec> 
       at += v.iov_len;
     }
     s.iov[0] = {start, total};
-    s.iov_count = 1;
   }
   s.length = total;
   s.socket = socket;
@@ -128,7 +128,7 @@ int SendPool::Acquire(int socket, const sockaddr_in& to, std::span<const iovec> 
   s.msg.msg_name = &s.to;
   s.msg.msg_namelen = sizeof(s.to);
   s.msg.msg_iov = s.iov.data();
-  s.msg.msg_iovlen = static_cast<size_t>(s.iov_count);
+  s.msg.msg_iovlen = pieces;
   if (tos != 0) {
     s.msg.msg_control = s.control.bytes;
     s.msg.msg_controllen = sizeof(s.control.bytes);

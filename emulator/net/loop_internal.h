@@ -63,9 +63,8 @@ struct SendSlot {
   int socket = 0;  // which of the loop's sockets sends it
   uint8_t tos = 0;
   sockaddr_in to{};
-  std::array<iovec, 3> iov{};
-  int iov_count = 0;
-  size_t length = 0;  // the datagram's bytes, all pieces
+  std::array<iovec, 3> iov{};  // the first msg.msg_iovlen are the datagram's pieces
+  size_t length = 0;           // the datagram's bytes, all pieces
   msghdr msg{};
   std::vector<uint8_t> storage;  // keeps its capacity between uses
   // An IP_TOS control message when the datagram has a traffic class.

@@ -32,6 +32,7 @@ using namespace std::chrono_literals;
 using testing::Clock;
 using testing::FnHandler;
 using testing::Iov;
+using testing::Received;
 using testing::kTestPort;
 using testing::WaitUntil;
 
@@ -367,22 +368,14 @@ TEST_P(LoopTest, BorrowedPayloadsLeaveFromTheCallersMemory) {
     sent = true;
     return std::nullopt;
   };
-  std::mutex mu;
-  std::vector<std::vector<uint8_t>> got;
-  hb.on_datagrams = [&](std::span<const Datagram> batch) {
-    std::lock_guard<std::mutex> lock(mu);
-    for (const Datagram& d : batch) got.emplace_back(d.data.begin(), d.data.end());
-  };
+  Received received(hb);
   StopFirst stop_first{a.get(), b.get()};
   a->Start();
   b->Start();
   a->Ring();
-  ASSERT_TRUE(WaitUntil([&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return got.size() >= static_cast<size_t>(kBig + 1);
-  }));
+  ASSERT_TRUE(WaitUntil([&] { return received.size() >= static_cast<size_t>(kBig + 1); }));
   EXPECT_TRUE(WaitUntil([&] { return a->stats().datagrams_sent >= static_cast<uint64_t>(kBig + 1); }, 5s));
-  std::lock_guard<std::mutex> lock(mu);
+  const std::vector<std::vector<uint8_t>> got = received.all();
   ASSERT_EQ(got.size(), static_cast<size_t>(kBig + 1));
   for (uint32_t k = 0; k <= kBig; ++k) {
     std::vector<uint8_t> payload(k < kBig ? kPayload : kSmall);
@@ -902,21 +895,13 @@ TEST_P(LoopTest, TheLargestDatagramArrivesWhole) {
     a->Send(b->address(), small);
     return std::nullopt;
   };
-  std::mutex mu;
-  std::vector<std::vector<uint8_t>> got;
-  hb.on_datagrams = [&](std::span<const Datagram> batch) {
-    std::lock_guard<std::mutex> lock(mu);
-    for (const Datagram& d : batch) got.emplace_back(d.data.begin(), d.data.end());
-  };
+  Received received(hb);
   StopFirst stop_first{a.get(), b.get()};
   a->Start();
   b->Start();
   a->Ring();
-  ASSERT_TRUE(WaitUntil([&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return got.size() == 2;
-  }));
-  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_TRUE(WaitUntil([&] { return received.size() == 2; }));
+  const std::vector<std::vector<uint8_t>> got = received.all();
   EXPECT_TRUE(got[0] == std::vector<uint8_t>(big.begin(), big.begin() + kLargest));
   EXPECT_TRUE(got[1] == std::vector<uint8_t>(big.begin(), big.begin() + 4200));
   EXPECT_EQ(b->stats().receive_errors, 0u);

@@ -3,10 +3,13 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <thread>
+#include <vector>
 
 #include "emulator/net/loop.h"
 
@@ -44,5 +47,29 @@ inline bool WaitUntil(const std::function<bool()>& done,
 }
 
 inline iovec Iov(const void* data, size_t len) { return {const_cast<void*>(data), len}; }
+
+// Keeps every datagram `handler` receives, whole, in arrival order (set
+// before Start(); the handler runs on its loop's thread).
+class Received {
+ public:
+  explicit Received(FnHandler& handler) {
+    handler.on_datagrams = [this](std::span<const Datagram> batch) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const Datagram& d : batch) got_.emplace_back(d.data.begin(), d.data.end());
+    };
+  }
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return got_.size();
+  }
+  std::vector<std::vector<uint8_t>> all() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return got_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::vector<uint8_t>> got_;
+};
 
 }  // namespace rdmaemu::net::testing
