@@ -35,8 +35,16 @@ void BuildGso(SendPool& pool, const std::function<int(int)>& id_at, int availabl
   if (segment == 0 || segment > kMaxGsoBytes / 2) return;
   size_t total = segment;
   size_t pieces = 0;
+  // Pieces that lie end to end (copies in the pool's CopyArena) become one.
   auto add = [&](const SendSlot& s) {
-    for (size_t i = 0; i < s.msg.msg_iovlen; ++i) out->iov[pieces++] = s.iov[i];
+    for (size_t i = 0; i < s.msg.msg_iovlen; ++i) {
+      if (pieces > 0 && static_cast<uint8_t*>(out->iov[pieces - 1].iov_base) + out->iov[pieces - 1].iov_len ==
+                            s.iov[i].iov_base) {
+        out->iov[pieces - 1].iov_len += s.iov[i].iov_len;
+      } else {
+        out->iov[pieces++] = s.iov[i];
+      }
+    }
   };
   add(first);
   int n = 1;

@@ -78,6 +78,51 @@ std::string ErrnoText(int err) {
   return text != nullptr ? text : "errno " + std::to_string(err);
 }
 
+uint8_t* CopyArena::Allocate(size_t bytes, int64_t* ticket) {
+  *ticket = -1;
+  if (bytes == 0 || bytes > kBytes / 4) return nullptr;
+  if (memory_.empty()) memory_.resize(kBytes);
+  size_t at = head_;
+  if (!live_.empty()) {
+    const size_t tail = live_.front().offset;
+    if (head_ > tail) {
+      // In use: [tail, head). Room after the head, else before the tail.
+      if (head_ + bytes > kBytes) {
+        if (bytes > tail) return nullptr;
+        at = 0;
+      }
+    } else if (head_ + bytes > tail) {
+      return nullptr;  // wrapped: in use [tail, ...) and [0, head)
+    }
+  } else {
+    at = 0;
+  }
+  live_.push_back({at, at + bytes, false});
+  head_ = at + bytes;
+  *ticket = front_ticket_ + static_cast<int64_t>(live_.size()) - 1;
+  return memory_.data() + at;
+}
+
+void CopyArena::Free(int64_t ticket) {
+  const int64_t index = ticket - front_ticket_;
+  if (index < 0 || index >= static_cast<int64_t>(live_.size())) return;
+  live_[static_cast<size_t>(index)].freed = true;
+  while (!live_.empty() && live_.front().freed) {
+    live_.pop_front();
+    ++front_ticket_;
+  }
+  if (live_.empty()) head_ = 0;
+}
+
+void SendPool::Release(int id) {
+  SendSlot& s = *slots_[id];
+  if (s.arena_ticket >= 0) {
+    arena_.Free(s.arena_ticket);
+    s.arena_ticket = -1;
+  }
+  free_.push_back(id);
+}
+
 int SendPool::Acquire(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos,
                       Gathered gathered) {
   int id;
@@ -105,14 +150,18 @@ int SendPool::Acquire(int socket, const sockaddr_in& to, std::span<const iovec> 
     s.iov = {iovec{head, iov[0].iov_len}, iov[1], iovec{tail, iov[2].iov_len}};
     pieces = 3;
   } else {
-    // The copy lands with the second piece (a packet's payload, after its
-    // headers) on a cache line: the string instructions memcpy uses copy
-    // several times slower into a destination a few bytes off one.
-    constexpr size_t kLine = 64;
-    s.storage.resize(total + kLine - 1);
-    const auto base = reinterpret_cast<uintptr_t>(s.storage.data());
-    const size_t lead = iov.size() > 1 ? iov[0].iov_len : 0;
-    uint8_t* start = s.storage.data() + (kLine - (base + lead) % kLine) % kLine;
+    uint8_t* start = arena_.Allocate(total, &s.arena_ticket);
+    if (start == nullptr) {
+      // The copy lands with the second piece (a packet's payload, after its
+      // headers) on a cache line: on some CPUs the string instructions
+      // memcpy uses copy several times slower into a destination a few
+      // bytes off one.
+      constexpr size_t kLine = 64;
+      s.storage.resize(total + kLine - 1);
+      const auto base = reinterpret_cast<uintptr_t>(s.storage.data());
+      const size_t lead = iov.size() > 1 ? iov[0].iov_len : 0;
+      start = s.storage.data() + (kLine - (base + lead) % kLine) % kLine;
+    }
     size_t at = 0;
     for (const iovec& v : iov) {
       if (v.iov_len != 0) std::memcpy(start + at, v.iov_base, v.iov_len);

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -67,11 +68,42 @@ struct SendSlot {
   size_t length = 0;           // the datagram's bytes, all pieces
   msghdr msg{};
   std::vector<uint8_t> storage;  // keeps its capacity between uses
+  int64_t arena_ticket = -1;     // its copy lies in the pool's CopyArena instead
   // An IP_TOS control message when the datagram has a traffic class.
   union {
     cmsghdr align;
     char bytes[CMSG_SPACE(sizeof(int))];
   } control{};
+};
+
+// Where the copies of consecutive datagrams lie end to end, so that a GSO
+// send of them hands the kernel one piece (BuildGso joins adjacent pieces):
+// Linux copies a run of datagrams given as one piece faster than the same
+// bytes given as one piece per datagram (tests/bench/udp_ceiling, gso_32k
+// against gso_32k_copied: about 15% less of the sender's time). A ring of
+// bytes; allocations are freed in any order and the tail moves past those
+// freed at the front. When every allocation is free it starts over at the
+// beginning, so a sender that flushes each batch keeps reusing the same,
+// cached, bytes. Full, it declines and the slot copies into its own storage.
+class CopyArena {
+ public:
+  static constexpr size_t kBytes = 1 << 20;
+
+  // `bytes` at the head (after the previous allocation where there is
+  // room), or nullptr. *ticket names it for Free.
+  uint8_t* Allocate(size_t bytes, int64_t* ticket);
+  void Free(int64_t ticket);
+
+ private:
+  struct Span {
+    size_t offset = 0;
+    size_t end = 0;
+    bool freed = false;
+  };
+  std::vector<uint8_t> memory_;  // kBytes, on first use
+  std::deque<Span> live_;        // in allocation order
+  int64_t front_ticket_ = 0;     // live_.front()'s ticket
+  size_t head_ = 0;              // where the next allocation starts
 };
 
 // At most kMaxPendingSends slots, created on first use and then reused, so
@@ -81,11 +113,12 @@ class SendPool {
   // A free slot filled with the datagram, or -1 if all are in use.
   int Acquire(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos = 0,
               Gathered gathered = Gathered::kCopy);
-  void Release(int id) { free_.push_back(id); }
+  void Release(int id);
   SendSlot& operator[](int id) { return *slots_[id]; }
   size_t in_use() const { return slots_.size() - free_.size(); }
 
  private:
+  CopyArena arena_;
   std::vector<std::unique_ptr<SendSlot>> slots_;
   std::vector<int> free_;
 };
