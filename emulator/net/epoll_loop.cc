@@ -31,13 +31,19 @@ namespace {
 // epoll tags: a socket's is its index, 0..kMaxSockets-1; a group socket's
 // its handle (32 bits, from kFirstGroupHandle up).
 constexpr uint64_t kDoorbellTag = ~uint64_t{0};
+constexpr uint64_t kHoldTimerTag = ~uint64_t{0} - 1;
 
 class EpollLoop final : public LoopBase {
  public:
   EpollLoop(std::vector<UdpSocket> sockets, LoopHandler* handler, int doorbell_fd, int epoll_fd)
       : LoopBase(Backend::kEpoll, std::move(sockets), handler, doorbell_fd),
         epoll_fd_(epoll_fd),
-        direct_(counters()) {}
+        direct_(counters()) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kHoldTimerTag;
+    hold_timer_ = hold_timer_fd() >= 0 && epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, hold_timer_fd(), &ev) == 0;
+  }
 
   ~EpollLoop() override {
     Stop();
@@ -74,6 +80,7 @@ class EpollLoop final : public LoopBase {
   // A socket said EAGAIN: wait for its EPOLLOUT before sending again
   // (sends keep their order across sockets, so all of them wait).
   int blocked_ = -1;
+  bool hold_timer_ = false;  // the hold timer is in the epoll set
   bool watching_ = true;
 
   struct Group {
@@ -114,11 +121,13 @@ void EpollLoop::Run() {
     std::optional<Clock::time_point> hold = HoldForSleep(now);
     WatchSockets(!hold);
     const std::optional<Clock::time_point> own = NextWake();
+    // The hold's end comes as the timer's fd where there is one.
+    const bool timed_hold = hold_timer_ && SetHoldTimer(hold);
     // Time to the loop's deadline or the end of the applications' hold,
     // whichever is first (nullopt: neither).
     auto timeout_at = [&](Clock::time_point t) -> std::optional<Clock::duration> {
       std::optional<Clock::time_point> wake = own;
-      if (hold && *hold != kForever && (!wake || *hold < *wake)) wake = hold;
+      if (!timed_hold && hold && *hold != kForever && (!wake || *hold < *wake)) wake = hold;
       if (!wake) return std::nullopt;
       return std::max(*wake - t, Clock::duration::zero());
     };
@@ -144,6 +153,8 @@ void EpollLoop::Run() {
     for (int i = 0; i < n; ++i) {
       if (events[i].data.u64 == kDoorbellTag) {
         DrainDoorbell();
+      } else if (events[i].data.u64 == kHoldTimerTag) {
+        DrainHoldTimer();  // the next round looks at the hold again
       } else if (events[i].data.u64 >= kFirstGroupHandle) {
         if (events[i].events & (EPOLLIN | EPOLLERR)) {
           groups_readable_.push_back(static_cast<uint32_t>(events[i].data.u64));

@@ -297,6 +297,18 @@ class LoopBase : public Loop {
   // The loop thread, about to sleep: ApplicationHold, and where that is
   // kForever, marks the loop as parked for EndWait to ring.
   std::optional<Clock::time_point> HoldForSleep(Clock::time_point now);
+  // The end of the applications' hold as a timer (a timerfd) that the loop
+  // thread sleeps on with its other fds, rather than as the timeout of its
+  // wait: a driver pushes it forward (PushHoldTimer), so a program that
+  // keeps polling never wakes the loop thread. Loop thread, drive lock
+  // held, before it sleeps: sets it to `hold`'s end (disarms it for none
+  // or kForever). False where there is no timer: the wait's timeout then
+  // includes the hold, and SleepAgain looks at it on each timeout.
+  bool SetHoldTimer(std::optional<Clock::time_point> hold);
+  int hold_timer_fd() const { return hold_timer_fd_; }
+  // Loop thread, after the timer's fd came up (epoll) or its read ended
+  // (io_uring has read it itself).
+  void DrainHoldTimer();
   // Drive lock held: whether the loop thread has let go of every socket
   // (epoll: it no longer watches them; io_uring: their ring receives have
   // ended, and drivers may read them).
@@ -344,6 +356,11 @@ class LoopBase : public Loop {
  private:
   void ThreadMain();
   int64_t CpuNanos() const;
+  // Drive lock held: the hold timer at `at_ns` (steady clock; 0 disarms).
+  void ArmHoldTimer(int64_t at_ns);
+  // A driver, drive lock held: moves the timer to kDriveHold from now when
+  // the sleeping loop thread would wake for it soon.
+  void PushHoldTimer(int64_t now_ns);
 
   // Constant after construction.
   const Backend backend_;
@@ -351,6 +368,7 @@ class LoopBase : public Loop {
   std::array<int, kMaxSockets> fds_{};  // sockets_[i].fd()
   LoopHandler* const handler_;
   const int doorbell_fd_;
+  const int hold_timer_fd_;  // -1 if the kernel refused one
 
   // Owner thread only.
   std::thread thread_;
@@ -373,6 +391,7 @@ class LoopBase : public Loop {
   std::atomic<bool> loop_waiting_{false};  // the loop thread waits for drive_mu_
   bool asleep_ = false;                    // guarded by drive_mu_
   std::optional<Clock::time_point> asleep_until_;  // guarded by drive_mu_
+  int64_t hold_timer_ns_ = 0;  // its expiry (0: disarmed); guarded by drive_mu_
   // When an application thread last drove the receive side (steady clock
   // nanoseconds; 0: released).
   std::atomic<int64_t> app_drive_ns_{0};

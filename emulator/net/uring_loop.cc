@@ -64,7 +64,7 @@ constexpr unsigned kCqeBatch = 128;
 constexpr int kReapRounds = 8;  // CQE batches per wakeup, then the handler gets a turn
 constexpr std::chrono::seconds kDrainTimeout{2};
 
-enum Kind : uint64_t { kRecv = 1, kDoorbell = 2, kSend = 3, kCancel = 4, kSendGso = 5 };
+enum Kind : uint64_t { kRecv = 1, kDoorbell = 2, kSend = 3, kCancel = 4, kSendGso = 5, kHoldTimer = 6 };
 constexpr uint64_t Tag(Kind kind, uint32_t slot = 0) { return uint64_t{kind} << 32 | slot; }
 
 // Anonymous memory, page-aligned as the buffer ring requires.
@@ -250,6 +250,9 @@ class UringLoop final : public LoopBase {
   // armed receive is cancelled, and the socket closed on its last completion.
   void ApplyGroupChanges();
   void ArmDoorbell();
+  // A read of the hold timer (LoopBase::SetHoldTimer): it ends when the
+  // timer expires, re-armed after each completion.
+  void ArmHoldTimer();
   void SubmitSend(int id);
   // Makes the queued sends into requests, runs of them as GSO sends.
   void SubmitPending();
@@ -290,6 +293,9 @@ class UringLoop final : public LoopBase {
   std::vector<GroupSocket> groups_added_;
   std::vector<uint32_t> groups_removed_;
   bool doorbell_armed_ = false;
+  uint64_t hold_timer_value_ = 0;
+  bool hold_timer_armed_ = false;
+  bool hold_timer_failed_ = false;  // its read failed: the hold is the wait's timeout again
   int recv_error_streak_ = 0;
   bool recv_backoff_ = false;
   std::vector<Received> rx_;
@@ -349,6 +355,9 @@ void UringLoop::Run() {
       }
     }
     if (!doorbell_armed_) ArmDoorbell();
+    // The hold's end comes as the timer's read where there is one.
+    const bool timed_hold = !hold_timer_failed_ && SetHoldTimer(hold);
+    if (timed_hold && !hold_timer_armed_) ArmHoldTimer();
 
     const std::optional<Clock::time_point> own = NextWake();
     // Time to the loop's deadline or the end of the applications' hold,
@@ -356,7 +365,9 @@ void UringLoop::Run() {
     std::optional<Clock::time_point> current_hold = hold;
     auto left_at = [&](Clock::time_point t) -> std::optional<Clock::duration> {
       std::optional<Clock::time_point> wake = own;
-      if (current_hold && *current_hold != kForever && (!wake || *current_hold < *wake)) wake = current_hold;
+      if (!timed_hold && current_hold && *current_hold != kForever && (!wake || *current_hold < *wake)) {
+        wake = current_hold;
+      }
       if (!wake) return std::nullopt;
       return *wake - t;
     };
@@ -494,6 +505,14 @@ void UringLoop::ArmDoorbell() {
   ++inflight_;
 }
 
+void UringLoop::ArmHoldTimer() {
+  io_uring_sqe* sqe = GetSqe();
+  io_uring_prep_read(sqe, hold_timer_fd(), &hold_timer_value_, sizeof(hold_timer_value_), 0);
+  io_uring_sqe_set_data64(sqe, Tag(kHoldTimer));
+  hold_timer_armed_ = true;
+  ++inflight_;
+}
+
 void UringLoop::Send(int socket, const sockaddr_in& to, std::span<const iovec> iov, uint8_t tos,
                      Gathered gathered) {
   CheckDriving("Loop::Send");
@@ -600,6 +619,18 @@ void UringLoop::Reap() {
           HandleGsoSend(cqe);
           break;
         case kCancel:
+          break;
+        case kHoldTimer:
+          hold_timer_armed_ = false;
+          --inflight_;
+          if (cqe.res < 0 && cqe.res != -ECANCELED && cqe.res != -EINTR && !hold_timer_failed_) {
+            // Never seen; re-arming a read that fails would spin.
+            hold_timer_failed_ = true;
+            SetHoldTimer(std::nullopt);
+            Log().warn("io_uring engine: the hold timer's read failed ({}); the loop thread wakes "
+                       "each {} us while a program polls",
+                       ErrnoText(-cqe.res), kDriveHold.count());
+          }
           break;
       }
     }
