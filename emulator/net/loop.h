@@ -25,7 +25,8 @@
 // While application threads keep driving the receive side, the loop thread
 // stops watching the sockets (it would only wake to find them drained) and
 // sleeps until its deadline or until nobody has driven for kDriveHold; then
-// it watches them again. Release() hands the sockets back at once. A thread
+// it watches them again. The hold's end is a timer that drivers push
+// forward, so a program that keeps polling never wakes the loop thread. Release() hands the sockets back at once. A thread
 // about to block for a completion event may keep them while it waits and
 // watch them itself (BeginWait/EndWait): one wakeup per datagram, its own.
 //
@@ -125,11 +126,12 @@ inline constexpr size_t kMaxPendingSends = 4096;
 // A device has at most two ports, each with its own socket.
 inline constexpr int kMaxSockets = 2;
 // How long after the last Drive(receive) the loop thread leaves the sockets
-// to the application threads. Longer saves loop wakeups while a program
-// polls; shorter bounds the delay of a datagram that arrives once a program
-// has stopped polling without saying so (Release), as perftest's
-// ib_write_lat does every iteration (docs/performance.md: 1 ms made it
-// 524 µs, 50 µs woke the loop so often that ib_send_lat lost 3x).
+// to the application threads. It bounds the delay of a datagram that
+// arrives once a program has stopped polling without saying so (Release),
+// as perftest's ib_write_lat does every iteration (docs/performance.md: 1 ms
+// made it 524 µs). Shorter costs a polling program more pushes of the hold
+// timer (one per half hold); before the timer, 50 µs woke the loop thread so
+// often that ib_send_lat lost 3x.
 inline constexpr std::chrono::microseconds kDriveHold{100};
 // While a thread waits for a completion event with the sockets (BeginWait),
 // how often the loop thread looks whether the applications still act.
