@@ -425,9 +425,9 @@ void LoopBase::PushHoldTimer(int64_t now_ns) {
   // per half hold here instead of waking the loop thread once per hold
   // (which, on a machine with as many CPUs as polling programs, takes the
   // CPU from one of them: qperf -cp1 rc_lat 17.8 -> 12.6 us with no
-  // wakeups at all). Never earlier than it was.
-  // While a thread waits with the sockets the loop thread would look again
-  // kWaitCheck after this step (ApplicationHold), not kDriveHold.
+  // wakeups at all). Never earlier than it was. The hold is the one the
+  // loop thread would take (ApplicationHold): kWaitCheck while a thread
+  // waits with the sockets, else kDriveHold.
   const int64_t hold = std::chrono::duration_cast<std::chrono::nanoseconds>(
                            waiters_.load(std::memory_order_relaxed) > 0 ? kWaitCheck : kDriveHold)
                            .count();

@@ -26,9 +26,10 @@
 // stops watching the sockets (it would only wake to find them drained) and
 // sleeps until its deadline or until nobody has driven for kDriveHold; then
 // it watches them again. The hold's end is a timer that drivers push
-// forward, so a program that keeps polling never wakes the loop thread. Release() hands the sockets back at once. A thread
-// about to block for a completion event may keep them while it waits and
-// watch them itself (BeginWait/EndWait): one wakeup per datagram, its own.
+// forward, so a program that keeps polling never wakes the loop thread.
+// Release() hands the sockets back at once. A thread about to block for a
+// completion event may keep them while it waits and watch them itself
+// (BeginWait/EndWait): one wakeup per datagram, its own.
 //
 // Thread safety:
 //   - Create, Start, Stop and the destructor: the owning thread (never the
