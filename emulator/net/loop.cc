@@ -98,7 +98,7 @@ uint8_t* CopyArena::Allocate(size_t bytes, int64_t* ticket) {
   } else {
     at = 0;
   }
-  live_.push_back({at, at + bytes, false});
+  live_.push_back({at, false});
   head_ = at + bytes;
   *ticket = front_ticket_ + static_cast<int64_t>(live_.size()) - 1;
   return memory_.data() + at;

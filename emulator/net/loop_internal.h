@@ -97,7 +97,6 @@ class CopyArena {
  private:
   struct Span {
     size_t offset = 0;
-    size_t end = 0;
     bool freed = false;
   };
   std::vector<uint8_t> memory_;  // kBytes, on first use

@@ -249,10 +249,9 @@ class UringLoop final : public LoopBase {
   // Takes in the group sockets added and lets go of the removed ones: an
   // armed receive is cancelled, and the socket closed on its last completion.
   void ApplyGroupChanges();
-  void ArmDoorbell();
-  // A read of the hold timer (LoopBase::SetHoldTimer): it ends when the
-  // timer expires, re-armed after each completion.
-  void ArmHoldTimer();
+  // An 8-byte read of the doorbell eventfd or of the hold timer (it ends
+  // when the timer expires), tagged `kind`; re-armed after each completion.
+  void ArmRead(int fd, uint64_t* value, Kind kind, bool* armed);
   void SubmitSend(int id);
   // Makes the queued sends into requests, runs of them as GSO sends.
   void SubmitPending();
@@ -354,10 +353,10 @@ void UringLoop::Run() {
         g.armed = true;
       }
     }
-    if (!doorbell_armed_) ArmDoorbell();
+    if (!doorbell_armed_) ArmRead(doorbell_fd(), &doorbell_value_, kDoorbell, &doorbell_armed_);
     // The hold's end comes as the timer's read where there is one.
     const bool timed_hold = !hold_timer_failed_ && SetHoldTimer(hold);
-    if (timed_hold && !hold_timer_armed_) ArmHoldTimer();
+    if (timed_hold && !hold_timer_armed_) ArmRead(hold_timer_fd(), &hold_timer_value_, kHoldTimer, &hold_timer_armed_);
 
     const std::optional<Clock::time_point> own = NextWake();
     // Time to the loop's deadline or the end of the applications' hold,
@@ -497,19 +496,11 @@ void UringLoop::ApplyGroupChanges() {
   }
 }
 
-void UringLoop::ArmDoorbell() {
+void UringLoop::ArmRead(int fd, uint64_t* value, Kind kind, bool* armed) {
   io_uring_sqe* sqe = GetSqe();
-  io_uring_prep_read(sqe, doorbell_fd(), &doorbell_value_, sizeof(doorbell_value_), 0);
-  io_uring_sqe_set_data64(sqe, Tag(kDoorbell));
-  doorbell_armed_ = true;
-  ++inflight_;
-}
-
-void UringLoop::ArmHoldTimer() {
-  io_uring_sqe* sqe = GetSqe();
-  io_uring_prep_read(sqe, hold_timer_fd(), &hold_timer_value_, sizeof(hold_timer_value_), 0);
-  io_uring_sqe_set_data64(sqe, Tag(kHoldTimer));
-  hold_timer_armed_ = true;
+  io_uring_prep_read(sqe, fd, value, sizeof(*value), 0);
+  io_uring_sqe_set_data64(sqe, Tag(kind));
+  *armed = true;
   ++inflight_;
 }
 

@@ -566,6 +566,16 @@ class Peer {
   int fd_;
 };
 
+// Nobody drives or waits now: after kDriveHold the loop thread has the
+// sockets back and delivers the next datagram itself.
+void ExpectTheLoopThreadTakesTheNextDatagram(const Peer& peer, Deliverers& deliverers) {
+  std::this_thread::sleep_for(kDriveHold + 20ms);
+  const size_t before = deliverers.count();
+  ASSERT_TRUE(peer.SendOne());
+  ASSERT_TRUE(WaitUntil([&] { return deliverers.count() > before; }, 5s));
+  EXPECT_TRUE(deliverers.last_by_another_thread());
+}
+
 // A thread about to block for an event of its own keeps the sockets while
 // it waits (BeginWait): a datagram then wakes it alone, it drives, and the
 // loop thread never sees the datagram. After EndWait and kDriveHold
@@ -614,12 +624,7 @@ TEST_P(LoopTest, AThreadWaitingWithTheSocketsHandlesTheirDatagramsAlone) {
     if (::testing::Test::HasFailure()) break;
   }
   loop->EndWait();
-  // Nobody drives or waits now: after kDriveHold the loop thread has them.
-  std::this_thread::sleep_for(kDriveHold + 20ms);
-  const size_t before = delivered();
-  send_one();
-  ASSERT_TRUE(WaitUntil([&] { return delivered() > before; }, 5s));
-  EXPECT_TRUE(deliverers.last_by_another_thread());
+  ExpectTheLoopThreadTakesTheNextDatagram(peer, deliverers);
 }
 
 // A program that keeps polling pushes the end of its hold forward itself
@@ -680,12 +685,7 @@ TEST_P(LoopTest, AProgramThatKeepsPollingDoesNotWakeTheLoopThread) {
   // slowness: 58-137 under ThreadSanitizer) lets the timer fire now and then.
   EXPECT_LE(wakeups, 1000u);
 
-  // Nobody polls now: after kDriveHold the loop thread has the sockets.
-  std::this_thread::sleep_for(kDriveHold + 20ms);
-  delivered = deliverers.count();
-  ASSERT_TRUE(peer.SendOne());
-  ASSERT_TRUE(WaitUntil([&] { return deliverers.count() > delivered; }, 5s));
-  EXPECT_TRUE(deliverers.last_by_another_thread());
+  ExpectTheLoopThreadTakesTheNextDatagram(peer, deliverers);
 }
 
 // A waiter that returns and waits again, message after message, as a
@@ -765,12 +765,7 @@ TEST_P(LoopTest, AnIdleWaiterParksTheLoopThreadAndItsEndWaitRingsIt) {
   EXPECT_EQ(idle_to.wakeups, idle_from.wakeups) << "the loop thread woke while a waiter sat idle";
   loop->EndWait();
   EXPECT_EQ(loop->stats().doorbell_writes, idle_to.doorbell_writes + 1) << "EndWait did not ring the parked loop";
-  // Nobody drives or waits now: after kDriveHold the loop thread has the sockets.
-  std::this_thread::sleep_for(kDriveHold + 20ms);
-  const Peer peer(loop->address());
-  ASSERT_TRUE(peer.SendOne());
-  ASSERT_TRUE(WaitUntil([&] { return deliverers.count() > 0; }, 5s));
-  EXPECT_TRUE(deliverers.last_by_another_thread());
+  ExpectTheLoopThreadTakesTheNextDatagram(Peer(loop->address()), deliverers);
 }
 
 TEST_P(LoopTest, NoRingIsLostInAPingPong) {
