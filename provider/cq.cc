@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include "emulator/base/log.h"
@@ -86,16 +87,29 @@ int PollOnce(objects::Cq& cq, int num_entries, ibv_wc* wc) {
 // When another thread is driving, the poller yields the CPU instead: on a
 // small machine it may be the one the driver needs.
 bool DriveEmpty(ibv_context* context) {
-  if (ToContext(context)->engine->Drive()) return true;
+  if (ToContext(context)->engine->DriveForPoll()) return true;
   sched_yield();
   return false;
 }
+
+// A poll that took completions may give the receive side back to the
+// engine's thread (Engine::TookCompletions).
+void TookCompletions(ibv_context* context, bool took_receive) {
+  ToContext(context)->engine->TookCompletions(took_receive);
+}
+// Every receive-side opcode has IBV_WC_RECV's bit (enum ibv_wc_opcode).
+bool IsReceive(uint32_t opcode) { return (opcode & IBV_WC_RECV) != 0; }
 
 int PollCq(ibv_cq* ibv, int num_entries, ibv_wc* wc) {
   if (num_entries < 0) return -1;
   objects::Cq& cq = *ToCq(ibv)->cq;
   int total = PollOnce(cq, num_entries, wc);
   if (total == 0 && num_entries > 0 && DriveEmpty(ibv->context)) total = PollOnce(cq, num_entries, wc);
+  if (total > 0) {
+    bool took_receive = false;
+    for (int i = 0; i < total; ++i) took_receive |= IsReceive(wc[i].opcode);
+    TookCompletions(ibv->context, took_receive);
+  }
   return total;
 }
 
@@ -122,6 +136,7 @@ int ReqNotifyCq(ibv_cq* ibv, int solicited_only) {
 void LoadCurrent(Cq* cq) {
   cq->ibv.wr_id = cq->current.wr_id;
   cq->ibv.status = static_cast<ibv_wc_status>(cq->current.status);
+  if (IsReceive(static_cast<uint32_t>(cq->current.opcode))) cq->took_receive = true;
 }
 
 int StartPoll(ibv_cq_ex* ibv, ibv_poll_cq_attr* attr) {
@@ -153,7 +168,9 @@ int NextPoll(ibv_cq_ex* ibv) {
 void EndPoll(ibv_cq_ex* ibv) {
   Cq* cq = ToCq(ibv);
   cq->cq->Pop();
+  const bool took_receive = std::exchange(cq->took_receive, false);
   cq->poll_mu.unlock();
+  TookCompletions(ibv->context, took_receive);
 }
 
 enum ibv_wc_opcode ReadOpcode(ibv_cq_ex* c) { return static_cast<ibv_wc_opcode>(ToCq(c)->current.opcode); }

@@ -131,6 +131,8 @@ struct Cq {
   // lock that makes one start..end sequence exclusive, as rxe's provider does.
   std::mutex poll_mu;
   objects::Cqe current;
+  // Guarded by poll_mu: this extended poll took a receive's completion.
+  bool took_receive = false;
   uint32_t number = 0;  // in the device's directory (the control plane's name)
 };
 

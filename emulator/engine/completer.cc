@@ -263,6 +263,18 @@ void Engine::OnResponse(Qp& qp, const wire::PacketView& packet, Clock::time_poin
   }
 }
 
+std::string Engine::HeardLast(const Qp& qp, Clock::time_point now) const {
+  // Whether the peer went silent or the packets stopped reaching this
+  // device at all (a wrong address or port, a stopped peer process).
+  auto ago = [&](int64_t ns) {
+    return ns == 0 ? std::string("never")
+                   : fmt::format("{} ms ago", (Nanos(now) - ns) / 1'000'000);
+  };
+  return fmt::format("no answer came; the last packet for this QP arrived {}, the device's last datagram {}",
+                     ago(qp.last_heard_ns.load(std::memory_order_relaxed)),
+                     ago(last_datagram_ns_.load(std::memory_order_relaxed)));
+}
+
 bool Engine::ReceiveBacklog() {
   if (!receive_backlog_) receive_backlog_ = loop_->ReceivePending();
   return *receive_backlog_;
@@ -303,7 +315,7 @@ void Engine::CheckTimers(Qp& qp, Clock::time_point now) {
   if (qp.retries_left == 0) {
     if (MigrateOnRetriesExhausted(qp)) return;
     FailQp(qp, objects::WcStatus::kRetryExcErr,
-           fmt::format("retry count exceeded after {} retries", qp.attrs.retry_cnt));
+           fmt::format("retry count exceeded after {} retries: {}", qp.attrs.retry_cnt, HeardLast(qp, now)));
     return;
   }
   --qp.retries_left;

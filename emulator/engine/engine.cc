@@ -493,6 +493,49 @@ std::shared_ptr<Srq> Engine::FindSrq(uint32_t srqn) {
   return it == srqs_.end() ? nullptr : it->second;
 }
 
+bool Engine::AwaitsNothing() {
+  // Every lock only tried, so none is waited for in any order: one that is
+  // taken belongs to a thread working on that queue.
+  std::shared_lock lock(qps_mu_, std::try_to_lock);
+  if (!lock.owns_lock() || qps_.size() + wqs_.size() + srqs_.size() > kIdleScanQueues) return false;
+  auto empty = [](auto& queue) {
+    std::unique_lock queue_lock(queue.mu, std::try_to_lock);
+    return queue_lock.owns_lock() && queue.rq.empty();
+  };
+  for (const auto& [qpn, qp] : qps_) {
+    std::unique_lock qp_lock(qp->mu, std::try_to_lock);
+    if (!qp_lock.owns_lock()) return false;
+    if (qp->removed) continue;
+    if (qp->sq_outstanding > 0 || !qp->sq.empty() || !qp->rq.empty() || qp->in_send) return false;
+    if (qp->srq && !empty(*qp->srq)) return false;
+  }
+  for (const auto& [wqn, wq] : wqs_) {
+    if (!empty(*wq)) return false;
+  }
+  for (const auto& [srqn, srq] : srqs_) {
+    if (!empty(*srq)) return false;
+  }
+  return true;
+}
+
+uint64_t Engine::DatagramsReceived() const {
+  uint64_t n = 0;
+  for (const Counters& port : ports_) n += port.packets_received.load(std::memory_order_relaxed);
+  return n;
+}
+
+void Engine::TookCompletions(bool took_receive) {
+  LearnFromRepoll();  // this poll is the next one too
+  if (took_receive) {
+    release_when_done_.store(false, std::memory_order_relaxed);
+    return;
+  }
+  if (!AwaitsNothing()) return;
+  took_last_received_.store(DatagramsReceived(), std::memory_order_relaxed);
+  took_last_.store(true, std::memory_order_relaxed);
+  if (release_when_done_.load(std::memory_order_relaxed)) Release();
+}
+
 std::shared_ptr<Qp> Engine::FindQp(uint32_t qpn) {
   std::shared_lock lock(qps_mu_);
   auto it = qps_.find(qpn);
@@ -1179,6 +1222,7 @@ void Engine::ExecuteUdSend(Qp& qp, const SendWqe& wqe) {
 
 void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
   const Clock::time_point now = Clock::now();
+  last_datagram_ns_.store(Nanos(now), std::memory_order_relaxed);
   auto access = device_->mrs().AccessGuard();
   for (const net::Datagram& d : batch) {
     // Port p's socket is the loop's socket p-1 (Start).
@@ -1256,6 +1300,7 @@ void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
     return;
   }
   // From here on the packet is the QP's.
+  qp->last_heard_ns.store(Nanos(now), std::memory_order_relaxed);
   CountOnQp(*qp, &Counters::packets_received);
   CountOnQp(*qp, &Counters::bytes_received, d.data.size());
   if (TraceOn()) tracer_.Received(qp->qpn, *packet, d.src);

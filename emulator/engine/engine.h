@@ -25,6 +25,7 @@
 #include <optional>
 #include <set>
 #include <shared_mutex>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -59,6 +60,9 @@ inline constexpr std::chrono::milliseconds kStartPostedWait{100};
 // RDMAEMU_WAIT_SPIN_US sets it (0 turns it off).
 inline constexpr std::chrono::microseconds kDefaultWaitSpin{50};
 inline constexpr std::chrono::microseconds kMaxWaitSpin{10'000};
+// Engine::AwaitsNothing looks at no more queues than this: a latency test
+// has one QP, and a device with thousands keeps its polls cheap.
+inline constexpr size_t kIdleScanQueues = 32;
 
 class Engine : public net::LoopHandler, private fault::PacketSink, private cm::Wire {
  public:
@@ -95,9 +99,40 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // for a completion: runs the receive side once on the calling thread
   // unless another thread is driving. False if nothing was done.
   bool Drive() { return loop_->Drive(/*receive=*/true); }
+  // Drive for a poll of an empty CQ (ibv_poll_cq, ibv_start_poll). A
+  // program that stops polling after its last completion (TookCompletions)
+  // leaves the receive side with the engine's thread for these polls too:
+  // that thread has it after each last completion anyway, and taking it for
+  // a poll and giving it back costs more wakeups than the datagram.
+  bool DriveForPoll() {
+    LearnFromRepoll();
+    if (release_when_done_.load(std::memory_order_relaxed)) return false;
+    return Drive();
+  }
+  // Any thread holding no engine lock, whose poll has just taken
+  // completions. Where they were the last awaited ones (AwaitsNothing), the
+  // program either polls on (it posts again, as qperf's rc_lat does) or
+  // stops without saying so: perftest's ib_write_lat spins on its buffer
+  // for the peer's RDMA WRITE, which brings no completion, and held for
+  // polls that had stopped, that write waited out net::kDriveHold (100 us).
+  // The second kind gets the receive side back to the engine's thread at
+  // once (Release); for the first that would cost a hand-off each way per
+  // message. Its next poll tells which (LearnFromRepoll): a program that
+  // let a datagram in meanwhile, handled by another thread, was not
+  // polling for it. One that takes a receive's completion polls for what
+  // comes in, and is never released.
+  void TookCompletions(bool took_receive);
+  // What TookCompletions has learned (tests).
+  bool releases_when_done() const { return release_when_done_.load(std::memory_order_relaxed); }
   // The caller stops polling (it is about to block): the engine's own thread
   // takes the receive side back at once.
   void Release() { loop_->Release(); }
+  // Any thread holding no engine lock: true when no posted work request
+  // waits for the device: no send WQE outstanding, no receive WQE posted on
+  // any QP, SRQ or WQ, no message half received. False where that is not
+  // known at no cost: more than kIdleScanQueues QPs, WQs and SRQs, or one
+  // of them locked (busy).
+  bool AwaitsNothing();
   // A thread about to block for a completion event: net::Loop::BeginWait
   // and EndWait (it watches the sockets itself while it waits).
   bool BeginWait(std::vector<int>* fds) { return loop_->BeginWait(fds); }
@@ -411,6 +446,30 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   uint16_t ArrivalPort(const net::Datagram& d) const;
   std::vector<Endpoint> endpoints_;
   std::chrono::microseconds wait_spin_ = kDefaultWaitSpin;  // constant after Start
+  // When the last datagram reached the device (steady clock ns; 0: none).
+  std::atomic<int64_t> last_datagram_ns_{0};
+  // For the log line of a QP whose retries ran out: when it last heard from
+  // its peer, and the device from anyone.
+  std::string HeardLast(const Qp& qp, Clock::time_point now) const;
+  static int64_t Nanos(Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  }
+  // TookCompletions and LearnFromRepoll, any polling thread: a hint, relaxed.
+  // Datagrams received on every port (ports_).
+  uint64_t DatagramsReceived() const;
+  // A poll took a program's last awaited completion, when the device had
+  // received took_last_received_ datagrams.
+  std::atomic<bool> took_last_{false};
+  std::atomic<uint64_t> took_last_received_{0};
+  // The program stops polling after its last completion: release then.
+  std::atomic<bool> release_when_done_{false};
+  void LearnFromRepoll() {
+    if (!took_last_.load(std::memory_order_relaxed) || !took_last_.exchange(false, std::memory_order_relaxed)) {
+      return;
+    }
+    release_when_done_.store(DatagramsReceived() != took_last_received_.load(std::memory_order_relaxed),
+                             std::memory_order_relaxed);
+  }
   Counters ports_[2];  // per port; a device has at most 2
   fault::Injector faults_;
 

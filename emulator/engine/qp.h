@@ -215,6 +215,9 @@ struct Qp {
   uint32_t xrcd = 0;
   // Bumped by the engine thread, read by anyone (counters.h).
   Counters counters;
+  // When the last packet for this QP arrived (steady clock ns; 0: none),
+  // for the log line of a QP whose retries ran out.
+  std::atomic<int64_t> last_heard_ns{0};
   // A UD or raw packet QP created with an indirection table receives through its WQs
   // (and has no RQ of its own); set before the QP is added, constant after.
   std::shared_ptr<const RwqIndTable> rss;
