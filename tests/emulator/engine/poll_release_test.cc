@@ -35,6 +35,19 @@ class PollReleaseTest : public ::testing::Test {
     EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
     EXPECT_EQ(wc->wr_id, wr_id);
   }
+  // B's RDMA WRITE into A's memory while nobody polls (perftest's
+  // ib_write_lat spins on its buffer): posting does not poll, so the write
+  // and its ACK are taken in by the engine's thread. Returns once both
+  // have reached the device; the completion is left on the CQ.
+  void WriteWithoutPolling(uint64_t wr_id) {
+    const uint64_t before = provider::QueryCounters(emu_.ctx(), 1).value().packets_received;
+    ASSERT_EQ(emu_.PostSend(b_, wr_id, IBV_WR_RDMA_WRITE, *data_, 0, 64, data_->addr() + 1024, data_->mr->rkey), 0);
+    const auto give_up = std::chrono::steady_clock::now() + 2s;
+    while (provider::QueryCounters(emu_.ctx(), 1).value().packets_received < before + 2) {
+      ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "the WRITE and its ACK never arrived";
+      std::this_thread::sleep_for(1ms);
+    }
+  }
 
   EmuRc emu_;
   ibv_qp* a_ = nullptr;
@@ -83,16 +96,7 @@ TEST_F(PollReleaseTest, AProgramThatPollsAgainKeepsTheReceiveSide) {
 TEST_F(PollReleaseTest, AProgramThatStopsPollingAfterItsLastCompletionIsLearned) {
   WriteAndPoll(1);
   ASSERT_FALSE(engine().releases_when_done());
-  // Then B's WRITE lands in A's memory while nobody polls (perftest's
-  // ib_write_lat spins on its buffer): posting does not poll, and the
-  // write and its ACK are taken in by the engine's thread.
-  const uint64_t before = provider::QueryCounters(emu_.ctx(), 1).value().packets_received;
-  ASSERT_EQ(emu_.PostSend(b_, 2, IBV_WR_RDMA_WRITE, *data_, 0, 64, data_->addr() + 1024, data_->mr->rkey), 0);
-  const auto give_up = std::chrono::steady_clock::now() + 2s;
-  while (provider::QueryCounters(emu_.ctx(), 1).value().packets_received < before + 2 &&
-         std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(1ms);
-  }
+  ASSERT_NO_FATAL_FAILURE(WriteWithoutPolling(2));
   // The program polls again: it was not polling for what came.
   auto wc = emu_.Poll();
   ASSERT_TRUE(wc.has_value());
@@ -106,13 +110,7 @@ TEST_F(PollReleaseTest, AProgramThatStopsPollingAfterItsLastCompletionIsLearned)
 
 TEST_F(PollReleaseTest, AProgramThatTakesAReceiveIsNeverReleased) {
   WriteAndPoll(1);
-  const uint64_t before = provider::QueryCounters(emu_.ctx(), 1).value().packets_received;
-  ASSERT_EQ(emu_.PostSend(b_, 2, IBV_WR_RDMA_WRITE, *data_, 0, 64, data_->addr() + 1024, data_->mr->rkey), 0);
-  const auto give_up = std::chrono::steady_clock::now() + 2s;
-  while (provider::QueryCounters(emu_.ctx(), 1).value().packets_received < before + 2 &&
-         std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(1ms);
-  }
+  ASSERT_NO_FATAL_FAILURE(WriteWithoutPolling(2));
   ASSERT_TRUE(emu_.Poll().has_value());
   ASSERT_TRUE(engine().releases_when_done());
   // Now it polls for what comes in, with a receive posted the while.
