@@ -35,6 +35,14 @@ class PollReleaseTest : public ::testing::Test {
     EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
     EXPECT_EQ(wc->wr_id, wr_id);
   }
+  // Polls `n` completions, each a success.
+  void PollSuccesses(int n) {
+    for (int i = 0; i < n; ++i) {
+      auto wc = emu_.Poll();
+      ASSERT_TRUE(wc.has_value()) << "completion " << i << " of " << n;
+      EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+    }
+  }
   // B's RDMA WRITE into A's memory while nobody polls (perftest's
   // ib_write_lat spins on its buffer): posting does not poll, so the write
   // and its ACK are taken in by the engine's thread. Returns once both
@@ -61,11 +69,7 @@ TEST_F(PollReleaseTest, AwaitsNothingOnlyWithNoWorkRequestPosted) {
   EXPECT_FALSE(engine().AwaitsNothing()) << "a receive is posted";
   ASSERT_EQ(emu_.PostSend(a_, 8, IBV_WR_SEND, *data_, 512, 32), 0);
   // Both completions taken: the send's and the receive's.
-  for (int i = 0; i < 2; ++i) {
-    auto wc = emu_.Poll();
-    ASSERT_TRUE(wc.has_value());
-    EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
-  }
+  ASSERT_NO_FATAL_FAILURE(PollSuccesses(2));
   EXPECT_TRUE(engine().AwaitsNothing());
   // An unsignaled WRITE is outstanding until the device has finished it,
   // though it never completes on the CQ.
@@ -116,11 +120,7 @@ TEST_F(PollReleaseTest, AProgramThatTakesAReceiveIsNeverReleased) {
   // Now it polls for what comes in, with a receive posted the while.
   ASSERT_EQ(emu_.PostRecv(a_, 3, *data_, 0, 256), 0);
   ASSERT_EQ(emu_.PostSend(b_, 4, IBV_WR_SEND, *data_, 512, 32), 0);
-  for (int i = 0; i < 2; ++i) {
-    auto wc = emu_.Poll();
-    ASSERT_TRUE(wc.has_value());
-    EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
-  }
+  ASSERT_NO_FATAL_FAILURE(PollSuccesses(2));
   EXPECT_FALSE(engine().releases_when_done());
 }
 
