@@ -36,5 +36,27 @@ for engine in uring epoll; do
   done
 done
 grep -qE '^machine: [0-9]+ CPUs' "$out" || fail "no machine line"
+
+# --rounds: each row the median of its rounds, which it lists.
+out2="${out%.out}.rounds.out"
+"$bench" --no-build --rdmaemu "$rdmaemu" --lib "$(dirname "$lib")" --time 1 --rounds 3 \
+  --engine uring --only udp_lat,rc_lat >"$out2" 2>&1
+rc=$?
+cat "$out2"
+(( rc == 0 )) || fail "tools/bench --rounds 3 exited $rc"
+for row in "udp_lat +kernel" "rc_lat +uring"; do
+  line=$(grep -E "^$row +[0-9.]+ " "$out2")
+  [[ -n "$line" ]] || { fail "--rounds 3: no row $row"; continue; }
+  # the value, then the three rounds' values: the value is their median
+  python3 - "$line" <<'PY' || fail "--rounds 3: row $row is not the median of its rounds: $line"
+import re, sys
+line = sys.argv[1]
+value = float(line.split()[2])
+rounds = [float(v) for v in re.search(r"\[rounds: ([0-9. ]+)\]", line).group(1).split()]
+sys.exit(0 if len(rounds) == 3 and abs(sorted(rounds)[1] - value) < 1e-6 else 1)
+PY
+done
+grep -q "median of 3 rounds" "$out2" || fail "--rounds 3: the table does not say its rows are medians"
+grep -qE "^rc_lat / udp_lat +uring +[0-9.]+ .*(MET|MISSED)" "$out2" || fail "--rounds 3: no ratio"
 (( failures == 0 )) && echo PASS || echo "$failures failure(s)"
 exit $(( failures > 0 ))
