@@ -405,9 +405,7 @@ void LoopBase::ArmHoldTimer(int64_t at_ns) {
 
 bool LoopBase::SetHoldTimer(std::optional<Clock::time_point> hold) {
   if (hold_timer_fd_ < 0) return false;
-  const int64_t at = !hold || *hold == kForever
-                         ? 0
-                         : std::chrono::duration_cast<std::chrono::nanoseconds>(hold->time_since_epoch()).count();
+  const int64_t at = !hold || *hold == kForever ? 0 : NanosOf(*hold);
   if (at != hold_timer_ns_) ArmHoldTimer(at);
   return true;
 }
@@ -484,8 +482,7 @@ bool LoopBase::Drive(bool receive, SendBatching batching) {
   // loop thread, mid-round, then finds the hold when it looks next. Where its
   // rounds are slower than kDriveHold (a sanitizer) it otherwise never saw
   // one, and the program never got the sockets.
-  const int64_t now_ns =
-      receive ? std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count() : 0;
+  const int64_t now_ns = receive ? NanosOf(Clock::now()) : 0;
   if (receive) app_drive_ns_.store(now_ns, std::memory_order_relaxed);
   if (loop_waiting_.load(std::memory_order_relaxed) || !drive_mu_.try_lock()) return false;
   if (stop_requested() || !running_.load(std::memory_order_relaxed)) {
@@ -558,8 +555,7 @@ bool LoopBase::BeginWait(std::vector<int>* fds) {
   // may wake both, and whichever drives first delivers it.
   const bool wake_loop = ok && !SocketsHandedOver();
   if (ok) {
-    app_drive_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
-                        std::memory_order_relaxed);
+    app_drive_ns_.store(NanosOf(now), std::memory_order_relaxed);
     waiters_.fetch_add(1, std::memory_order_seq_cst);
     fds->assign(fds_.begin(), fds_.begin() + static_cast<std::ptrdiff_t>(sockets_.size()));
     // Sends a poster left queued (SendBatching) leave now: the loop thread
@@ -574,9 +570,7 @@ bool LoopBase::BeginWait(std::vector<int>* fds) {
 }
 
 void LoopBase::EndWait() {
-  app_drive_ns_.store(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(),
-      std::memory_order_relaxed);
+  app_drive_ns_.store(NanosOf(Clock::now()), std::memory_order_relaxed);
   waiters_.fetch_sub(1, std::memory_order_seq_cst);
   // Only a loop thread that parked (a waiter sat idle past kWaitCheck) sleeps
   // with no end: it is rung to take the hold up again. One that did not
