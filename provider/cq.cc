@@ -367,6 +367,7 @@ int DetachCq(ibv_cq* ibv) {
 void AwaitCompletionEvent(ibv_context* context, int channel_fd,
                           const std::atomic<size_t>& queued) {
   engine::Engine& engine = *ToContext(context)->engine;
+  engine.NoteEventWait();
   engine.Drive();
   thread_local std::vector<int> sockets;
   const bool event_there = queued.load(std::memory_order_acquire) > 0;

@@ -532,6 +532,7 @@ void Engine::TookCompletions(bool took_receive) {
   }
   if (!AwaitsNothing()) return;
   took_last_received_.store(DatagramsReceived(), std::memory_order_relaxed);
+  took_last_waits_.store(event_waits_.load(std::memory_order_relaxed), std::memory_order_relaxed);
   took_last_.store(true, std::memory_order_relaxed);
   if (release_when_done_.load(std::memory_order_relaxed)) Release();
 }

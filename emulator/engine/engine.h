@@ -120,8 +120,16 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // message. Its next poll tells which (LearnFromRepoll): a program that
   // let a datagram in meanwhile, handled by another thread, was not
   // polling for it. One that takes a receive's completion polls for what
-  // comes in, and is never released.
+  // comes in, and is never released. Nor is one that waited for a
+  // completion event meanwhile (NoteEventWait): it waited for what came.
   void TookCompletions(bool took_receive);
+  // A thread is about to wait for a completion event (ibv_get_cq_event):
+  // its program is not one that stops polling, whoever takes the datagram
+  // in. qperf's rc_rdma_read_lat posts a READ, waits for its event and
+  // polls; taken for the first kind, it handed the sockets to the engine's
+  // thread after each READ and took them back for the next wait (20 -> 60
+  // us per READ).
+  void NoteEventWait() { event_waits_.fetch_add(1, std::memory_order_relaxed); }
   // What TookCompletions has learned (tests).
   bool releases_when_done() const { return release_when_done_.load(std::memory_order_relaxed); }
   // The caller stops polling (it is about to block): the engine's own thread
@@ -461,14 +469,21 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // received took_last_received_ datagrams.
   std::atomic<bool> took_last_{false};
   std::atomic<uint64_t> took_last_received_{0};
+  // Waits for a completion event begun (NoteEventWait), and their number
+  // when a poll took the last awaited completion.
+  std::atomic<uint64_t> event_waits_{0};
+  std::atomic<uint64_t> took_last_waits_{0};
   // The program stops polling after its last completion: release then.
   std::atomic<bool> release_when_done_{false};
   void LearnFromRepoll() {
     if (!took_last_.load(std::memory_order_relaxed) || !took_last_.exchange(false, std::memory_order_relaxed)) {
       return;
     }
-    release_when_done_.store(DatagramsReceived() != took_last_received_.load(std::memory_order_relaxed),
-                             std::memory_order_relaxed);
+    const bool waited = event_waits_.load(std::memory_order_relaxed) !=
+                        took_last_waits_.load(std::memory_order_relaxed);
+    release_when_done_.store(
+        !waited && DatagramsReceived() != took_last_received_.load(std::memory_order_relaxed),
+        std::memory_order_relaxed);
   }
   Counters ports_[2];  // per port; a device has at most 2
   fault::Injector faults_;

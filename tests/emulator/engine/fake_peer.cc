@@ -171,7 +171,7 @@ wire::PacketFields FakePeer::Ack(uint32_t dest_qpn, uint32_t psn, uint8_t syndro
 
 // ---------------------------------------------------------------- EmuRc
 
-EmuRc::EmuRc() {
+EmuRc::EmuRc(bool with_channel) {
   int n = 0;
   list_ = ibv_get_device_list(&n);
   if (list_ == nullptr || n < 1) return;
@@ -184,7 +184,8 @@ EmuRc::EmuRc() {
   port_ = EmulatorUdpPort();
   pd_ = ibv_alloc_pd(ctx_);
   if (pd_ == nullptr) return;
-  cq_ = ibv_create_cq(ctx_, 256, nullptr, nullptr, 0);
+  if (with_channel && (channel_ = ibv_create_comp_channel(ctx_)) == nullptr) return;
+  cq_ = ibv_create_cq(ctx_, 256, nullptr, channel_, 0);
 }
 
 EmuRc::~EmuRc() {
@@ -193,6 +194,7 @@ EmuRc::~EmuRc() {
     if (b->mr) ibv_dereg_mr(b->mr);
   }
   if (cq_) ibv_destroy_cq(cq_);
+  if (channel_) ibv_destroy_comp_channel(channel_);
   if (pd_) ibv_dealloc_pd(pd_);
   if (ctx_) ibv_close_device(ctx_);
   if (list_) ibv_free_device_list(list_);

@@ -123,8 +123,9 @@ struct RcParams {
 
 class EmuRc {
  public:
-  // Opens device 0. Check ok() after.
-  EmuRc();
+  // Opens device 0. Check ok() after. With `with_channel` the CQ has a
+  // completion channel (channel()).
+  explicit EmuRc(bool with_channel = false);
   ~EmuRc();
   EmuRc(const EmuRc&) = delete;
   EmuRc& operator=(const EmuRc&) = delete;
@@ -133,6 +134,7 @@ class EmuRc {
   ibv_context* ctx() { return ctx_; }
   ibv_pd* pd() { return pd_; }
   ibv_cq* cq() { return cq_; }
+  ibv_comp_channel* channel() { return channel_; }
   // The emulator's IPv4 address (host order), from GID index 0.
   uint32_t ip() const { return ip_; }
   uint16_t udp_port() const { return port_; }
@@ -173,6 +175,7 @@ class EmuRc {
   ibv_context* ctx_ = nullptr;
   ibv_pd* pd_ = nullptr;
   ibv_cq* cq_ = nullptr;
+  ibv_comp_channel* channel_ = nullptr;
   uint32_t ip_ = 0;
   uint16_t port_ = 0;
   std::vector<ibv_qp*> qps_;

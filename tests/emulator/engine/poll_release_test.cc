@@ -57,7 +57,7 @@ class PollReleaseTest : public ::testing::Test {
     }
   }
 
-  EmuRc emu_;
+  EmuRc emu_{/*with_channel=*/true};
   ibv_qp* a_ = nullptr;
   ibv_qp* b_ = nullptr;
   EmuRc::Buffer* data_ = nullptr;
@@ -122,6 +122,25 @@ TEST_F(PollReleaseTest, AProgramThatTakesAReceiveIsNeverReleased) {
   ASSERT_EQ(emu_.PostSend(b_, 4, IBV_WR_SEND, *data_, 512, 32), 0);
   ASSERT_NO_FATAL_FAILURE(PollSuccesses(2));
   EXPECT_FALSE(engine().releases_when_done());
+}
+
+TEST_F(PollReleaseTest, AProgramThatWaitsForItsCompletionEventIsNeverReleased) {
+  // qperf's rc_rdma_read_lat: post, wait for the completion's event, poll
+  // it, post again. The datagrams come while it waits, whichever thread
+  // takes them in: it is waiting for them, not done.
+  WriteAndPoll(1);
+  for (uint64_t i = 2; i < 6; ++i) {
+    ASSERT_EQ(ibv_req_notify_cq(emu_.cq(), 0), 0);
+    ASSERT_EQ(emu_.PostSend(a_, i, IBV_WR_RDMA_WRITE, *data_, 0, 64, data_->addr() + 1024, data_->mr->rkey), 0);
+    ibv_cq* cq = nullptr;
+    void* cq_context = nullptr;
+    ASSERT_EQ(ibv_get_cq_event(emu_.channel(), &cq, &cq_context), 0);
+    ibv_ack_cq_events(cq, 1);
+    ibv_wc wc;
+    ASSERT_EQ(ibv_poll_cq(emu_.cq(), 1, &wc), 1);
+    EXPECT_EQ(wc.wr_id, i);
+    EXPECT_FALSE(engine().releases_when_done()) << "round " << i;
+  }
 }
 
 }  // namespace
