@@ -467,10 +467,15 @@ std::optional<Clock::time_point> LoopBase::HoldForSleep(Clock::time_point now) {
 }
 
 bool LoopBase::SendsMayWait(Clock::time_point now) {
-  if (DriveQueued() >= kPostBatch) return false;
+  const size_t queued = DriveQueued();
+  if (queued >= kPostBatch) return false;
   // They leave by then at the latest: the loop thread wakes for it (Drive
   // rings it if it sleeps past that), unless a Drive or BeginWait first.
-  if (!flush_by_) flush_by_ = now + kPostWait;
+  // With nothing queued there is nothing to wait for: a post the window
+  // holds back (one READ or atomic in flight at a time) queues no packet,
+  // and a deadline for it rang the sleeping loop thread on every post
+  // (qperf rc_fetch_add_mr: 21 -> 35-52 thousand atomics per second).
+  if (queued > 0 && !flush_by_) flush_by_ = now + kPostWait;
   return true;
 }
 

@@ -460,6 +460,24 @@ TEST_P(LoopTest, SendsAPosterLeftQueuedLeaveWithNobodyElseDriving) {
   EXPECT_TRUE(WaitUntil([&] { return received.load() == 5 + static_cast<int>(kPostBatch); }, 2s));
 }
 
+// A streaming poster whose post queued no datagram (the window holds the
+// WQE back: one READ or atomic in flight) leaves nothing to flush, so the
+// sleeping loop thread is not rung for it.
+TEST_P(LoopTest, AStreamingDriveThatQueuedNothingRingsNobody) {
+  FnHandler h;
+  std::unique_ptr<Loop> loop = MakeLoop(&h);
+  ASSERT_TRUE(loop);
+  loop->Start();
+  StopFirst stop({loop.get()});
+  for (int round = 0; round < 5; ++round) {
+    // The loop thread asleep with nothing to wait for (nobody drove).
+    std::this_thread::sleep_for(20ms);
+    const uint64_t rings = loop->stats().doorbell_writes;
+    ASSERT_TRUE(WaitUntil([&] { return loop->Drive(false, SendBatching::kWhileStreaming); }, 5s));
+    EXPECT_EQ(loop->stats().doorbell_writes, rings) << "round " << round;
+  }
+}
+
 TEST_P(LoopTest, DatagramsWaitingAtStartArriveInBatches) {
   constexpr int kCount = 200;
   FnHandler ha, hb;
