@@ -268,7 +268,7 @@ std::string Engine::HeardLast(const Qp& qp, Clock::time_point now) const {
   // device at all (a wrong address or port, a stopped peer process).
   auto ago = [&](int64_t ns) {
     return ns == 0 ? std::string("never")
-                   : fmt::format("{} ms ago", (Nanos(now) - ns) / 1'000'000);
+                   : fmt::format("{} ms ago", (net::NanosOf(now) - ns) / 1'000'000);
   };
   return fmt::format("no answer came; the last packet for this QP arrived {}, the device's last datagram {}",
                      ago(qp.last_heard_ns.load(std::memory_order_relaxed)),

@@ -1223,7 +1223,7 @@ void Engine::ExecuteUdSend(Qp& qp, const SendWqe& wqe) {
 
 void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
   const Clock::time_point now = Clock::now();
-  last_datagram_ns_.store(Nanos(now), std::memory_order_relaxed);
+  last_datagram_ns_.store(net::NanosOf(now), std::memory_order_relaxed);
   auto access = device_->mrs().AccessGuard();
   for (const net::Datagram& d : batch) {
     // Port p's socket is the loop's socket p-1 (Start).
@@ -1301,7 +1301,7 @@ void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {
     return;
   }
   // From here on the packet is the QP's.
-  qp->last_heard_ns.store(Nanos(now), std::memory_order_relaxed);
+  qp->last_heard_ns.store(net::NanosOf(now), std::memory_order_relaxed);
   CountOnQp(*qp, &Counters::packets_received);
   CountOnQp(*qp, &Counters::bytes_received, d.data.size());
   if (TraceOn()) tracer_.Received(qp->qpn, *packet, d.src);

@@ -459,9 +459,6 @@ class Engine : public net::LoopHandler, private fault::PacketSink, private cm::W
   // For the log line of a QP whose retries ran out: when it last heard from
   // its peer, and the device from anyone.
   std::string HeardLast(const Qp& qp, Clock::time_point now) const;
-  static int64_t Nanos(Clock::time_point t) {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-  }
   // TookCompletions and LearnFromRepoll, any polling thread: a hint, relaxed.
   // Datagrams received on every port (ports_).
   uint64_t DatagramsReceived() const;

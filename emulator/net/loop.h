@@ -134,6 +134,11 @@ inline constexpr int kMaxSockets = 2;
 // timer (one per half hold); before the timer, 50 µs woke the loop thread so
 // often that ib_send_lat lost 3x.
 inline constexpr std::chrono::microseconds kDriveHold{100};
+// A steady-clock time as nanoseconds, the form the atomics and timers that
+// threads share hold it in (the loop's hold, the engine's last-heard times).
+inline int64_t NanosOf(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
 // While a thread waits for a completion event with the sockets (BeginWait),
 // how often the loop thread looks whether the applications still act.
 inline constexpr std::chrono::milliseconds kWaitCheck{1};

@@ -26,11 +26,6 @@ namespace rdmaemu::net::internal {
 
 using Clock = std::chrono::steady_clock;
 
-// A time as the atomics and the timerfd between threads hold it.
-inline int64_t NanosOf(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
-
 // How long a send that met ENOBUFS (or an EAGAIN with no way to poll for
 // writability) waits before it is tried again.
 inline constexpr std::chrono::milliseconds kSendRetryDelay{1};
