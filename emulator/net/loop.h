@@ -230,9 +230,10 @@ class Loop {
   // when one is readable, so the datagram wakes it alone, not the loop
   // thread first (the loop thread lets go of the sockets within a round,
   // if it still had them: a waiter takes them whether or not a program
-  // drove before, since it is about to). Waits for a round in progress to
-  // end. True if so; false, doing nothing, when the loop stops (then
-  // Release and block as before).
+  // drove before, since it is about to). Never waits for a round in
+  // progress: that round's thread sends what posters left queued and lets
+  // go of the sockets when it next looks. True; false, doing nothing, when
+  // the loop stops (then Release and block as before).
   // Every true is followed by one EndWait, which starts the usual
   // kDriveHold: if nobody drives or waits again by its end, the loop thread
   // takes the sockets back. While a thread waits, the loop thread looks

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
@@ -643,6 +644,84 @@ TEST_P(LoopTest, AThreadWaitingWithTheSocketsHandlesTheirDatagramsAlone) {
   }
   loop->EndWait();
   ExpectTheLoopThreadTakesTheNextDatagram(peer, deliverers);
+}
+
+// A thread that comes to wait while the loop thread is in a round (here one
+// that a handler keeps going) says so at once instead of waiting for the
+// round's end: the loop thread, taking in a stream of datagrams, had
+// finished round after round before the waiter got the lock to say it,
+// and kept the sockets and the waiter's work. Once the round ends the loop
+// thread lets go of the sockets, and the waiter takes the next datagram.
+TEST_P(LoopTest, AWaiterDoesNotWaitForTheLoopThreadsRound) {
+  FnHandler h;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool in_round = false;
+  bool let_go = false;
+  std::vector<std::thread::id> ids;
+  const std::thread::id test_thread = std::this_thread::get_id();
+  h.on_datagrams = [&](std::span<const Datagram> batch) {
+    std::unique_lock lock(mu);
+    for (size_t i = 0; i < batch.size(); ++i) ids.push_back(std::this_thread::get_id());
+    if (std::this_thread::get_id() == test_thread) return;
+    in_round = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return let_go; });
+  };
+  std::unique_ptr<Loop> loop = MakeLoop(&h);
+  ASSERT_TRUE(loop);
+  loop->Start();
+  StopFirst stop({loop.get()});
+  const Peer peer(loop->address());
+  auto release_round = [&] {
+    std::lock_guard lock(mu);
+    let_go = true;
+    cv.notify_all();
+  };
+  // Nobody has driven: the loop thread takes the first datagram in, and
+  // its round stays in the handler.
+  ASSERT_TRUE(peer.SendOne());
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 5s, [&] { return in_round; }));
+  }
+  // Should BeginWait wait for the round, the round still ends, later.
+  std::thread watchdog([&] {
+    std::this_thread::sleep_for(2s);
+    release_round();
+  });
+  std::vector<int> fds;
+  const Clock::time_point start = Clock::now();
+  const bool waiting = loop->BeginWait(&fds);
+  const Clock::duration took = Clock::now() - start;
+  release_round();
+  watchdog.join();
+  ASSERT_TRUE(waiting);
+  EXPECT_LT(took, 500ms) << "BeginWait waited for the loop thread's round";
+  ASSERT_EQ(fds.size(), 1u);
+  // The round over, the loop thread lets go of the socket (io_uring ends
+  // its ring receive first); until it has, it may still take a datagram.
+  auto taken_here = [&] {
+    size_t before;
+    {
+      std::lock_guard lock(mu);
+      before = ids.size();
+    }
+    EXPECT_TRUE(peer.SendOne());
+    pollfd p{fds[0], POLLIN, 0};
+    (void)::poll(&p, 1, 100);
+    EXPECT_TRUE(WaitUntil([&] {
+      loop->Drive(true);
+      std::lock_guard lock(mu);
+      return ids.size() > before;
+    }, 5s));
+    std::lock_guard lock(mu);
+    return ids.back() == test_thread;
+  };
+  bool mine = false;
+  for (int i = 0; i < 100 && !mine; ++i) mine = taken_here();
+  EXPECT_TRUE(mine) << "the loop thread never let the waiter have the socket";
+  loop->EndWait();
 }
 
 // A program that keeps polling pushes the end of its hold forward itself
