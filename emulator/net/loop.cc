@@ -558,14 +558,17 @@ bool LoopBase::BeginWait(std::vector<int>* fds) {
   app_drive_ns_.store(NanosOf(Clock::now()), std::memory_order_relaxed);
   waiters_.fetch_add(1, std::memory_order_seq_cst);
   fds->assign(fds_.begin(), fds_.begin() + static_cast<std::ptrdiff_t>(sockets_.size()));
-  // Where no round is in progress: sends a poster left queued
-  // (SendBatching) leave now, since the loop thread may sleep with the
-  // caller until a datagram comes; and a loop thread still watching the
-  // sockets (it sleeps; it notices a hold only when it wakes) is woken to
-  // let go of them, so that the datagram the caller waits for wakes the
-  // caller alone. Until then the datagram may wake both, and whichever
-  // drives first delivers it. A round in progress ends with both.
-  bool wake_loop = false;
+  // A loop thread still watching the sockets (it sleeps; it notices a hold
+  // only when it wakes) is rung to let go of them, so that the datagram
+  // the caller waits for wakes the caller alone; until then the datagram
+  // may wake both, and whichever drives first delivers it. So is one in a
+  // round, or about to sleep, which may have looked at the hold before we
+  // were counted: a ring costs an awake loop thread no system call, only
+  // one more round, in which it sees the hold. Where no round is in
+  // progress, we look ourselves, and sends a poster left queued
+  // (SendBatching) leave now: the loop thread may sleep with the caller
+  // until a datagram comes. A round in progress ends with them.
+  bool wake_loop = true;
   if (!loop_waiting_.load(std::memory_order_relaxed) && drive_mu_.try_lock()) {
     wake_loop = !SocketsHandedOver();
     driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
