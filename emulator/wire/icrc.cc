@@ -214,6 +214,73 @@ __attribute__((target("avx2,pclmul,vpclmulqdq"))) uint32_t UpdateVclmul(uint32_t
   return FinishFold(x, p, n);
 }
 
+// The same with 512-bit lanes (VPCLMULQDQ on AVX-512): four lanes absorb
+// 256 bytes a step (D = 2048), fold into one by 64 bytes a step (D = 512,
+// the constants of the 128-bit path's four lanes), and that lane's halves
+// by 32 bytes (D = 256) and its quarters by 16; what is left of 256 bytes
+// first folds into the one lane by 64. Needs n >= 256. On a CPU
+// that executes 512-bit instructions whole, twice the 256-bit path's bytes
+// per cycle.
+constexpr int64_t kFold2048Lo = 0x11542778a;
+constexpr int64_t kFold2048Hi = 0x1322d1430;
+
+__attribute__((target("avx512f,avx512vl,pclmul,vpclmulqdq"))) inline __m512i Fold512(__m512i lane, __m512i k,
+                                                                                      __m512i next) {
+  const __m512i lo = _mm512_clmulepi64_epi128(lane, k, 0x00);
+  const __m512i hi = _mm512_clmulepi64_epi128(lane, k, 0x11);
+  return _mm512_ternarylogic_epi64(lo, hi, next, 0x96);  // lo ^ hi ^ next
+}
+
+__attribute__((target("avx512f,avx512vl,pclmul,vpclmulqdq"))) uint32_t UpdateVclmul512(uint32_t reg,
+                                                                                        const uint8_t* p,
+                                                                                        size_t n) {
+  const __m512i k2048 = _mm512_set_epi64(kFold2048Hi, kFold2048Lo, kFold2048Hi, kFold2048Lo, kFold2048Hi,
+                                         kFold2048Lo, kFold2048Hi, kFold2048Lo);
+  const __m512i k512 = _mm512_set_epi64(kFold512Hi, kFold512Lo, kFold512Hi, kFold512Lo, kFold512Hi,
+                                        kFold512Lo, kFold512Hi, kFold512Lo);
+  // (GCC 12's zero-extending casts and plain extracts read an undefined
+  // register, which -Werror=uninitialized refuses: inserts and masked
+  // extracts instead.)
+  __m512i x0 = _mm512_xor_si512(
+      _mm512_loadu_si512(p), _mm512_inserti32x4(_mm512_setzero_si512(), _mm_cvtsi32_si128(static_cast<int>(reg)), 0));
+  __m512i x1 = _mm512_loadu_si512(p + 64);
+  __m512i x2 = _mm512_loadu_si512(p + 128);
+  __m512i x3 = _mm512_loadu_si512(p + 192);
+  p += 256;
+  n -= 256;
+  while (n >= 256) {
+    x0 = Fold512(x0, k2048, _mm512_loadu_si512(p));
+    x1 = Fold512(x1, k2048, _mm512_loadu_si512(p + 64));
+    x2 = Fold512(x2, k2048, _mm512_loadu_si512(p + 128));
+    x3 = Fold512(x3, k2048, _mm512_loadu_si512(p + 192));
+    p += 256;
+    n -= 256;
+  }
+  __m512i y = Fold512(Fold512(Fold512(x0, k512, x1), k512, x2), k512, x3);
+  // What is left of 256 bytes, one lane at a time: FinishFold would take
+  // it 16 bytes a step, each step waiting for the one before.
+  while (n >= 64) {
+    y = Fold512(y, k512, _mm512_loadu_si512(p));
+    p += 64;
+    n -= 64;
+  }
+  const __m256i k256 = _mm256_set_epi64x(kFold256Hi, kFold256Lo, kFold256Hi, kFold256Lo);
+  const __m256i z = Fold256(_mm512_maskz_extracti64x4_epi64(0xff, y, 0), k256, _mm512_maskz_extracti64x4_epi64(0xff, y, 1));
+  const __m128i k128 = _mm_set_epi64x(kFold128Hi, kFold128Lo);
+  __m128i x = Fold(_mm256_castsi256_si128(z), k128, _mm256_extracti128_si256(z, 1));
+  // As in UpdateVclmul: no dirty upper halves (of the 512-bit registers
+  // too) for the SSE code that follows.
+  _mm256_zeroupper();
+  return FinishFold(x, p, n);
+}
+
+bool CpuHasVclmul512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2");
+}
+const bool kHasVclmul512 = CpuHasVclmul512();
+
 bool CpuHasVclmul() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("avx2");
@@ -232,6 +299,7 @@ const bool kHasClmul = CpuHasClmul();
 
 uint32_t Update(uint32_t reg, const uint8_t* p, size_t n) {
 #if defined(__x86_64__)
+  if (n >= 256 && kHasVclmul512) return UpdateVclmul512(reg, p, n);
   if (n >= 128 && kHasVclmul) return UpdateVclmul(reg, p, n);
   if (n >= 64 && kHasClmul) return UpdateClmul(reg, p, n);
   if (n >= 4 && kHasClmul) return UpdateShortClmul(reg, p, n);
@@ -282,10 +350,13 @@ uint32_t IcrcOverMasked(std::span<const uint8_t> masked_ip_udp,
   // The headers and the start of the IB packet in one block, BTH byte 4
   // masked there: one pass of the carry-less path rather than several of a
   // few bytes each.
+  // Up to 64 bytes of it, so many that the block is a multiple of 16
+  // bytes: none is left over for the short path, which costs a whole
+  // 64-byte pass and a second reduction.
   constexpr size_t kHeadIb = 64;
   uint8_t head[kMaxIpUdpBytes + kHeadIb];
   const size_t ip_udp = masked_ip_udp.size();
-  const size_t first = std::min(ib[0].size(), kHeadIb);
+  const size_t first = std::min(ib[0].size(), kHeadIb - (ip_udp + kHeadIb) % 16);
   std::memcpy(head, masked_ip_udp.data(), ip_udp);
   std::memcpy(head + ip_udp, ib[0].data(), first);
   head[ip_udp + kBthResv8a] = 0xff;
@@ -324,6 +395,16 @@ std::optional<uint32_t> Crc32Clmul(uint32_t crc, std::span<const uint8_t> data) 
   if (!kHasClmul) return std::nullopt;
   if (data.size() < 64) return Crc32Portable(crc, data);
   return ~UpdateClmul(~crc, data.data(), data.size());
+#else
+  return std::nullopt;
+#endif
+}
+
+std::optional<uint32_t> Crc32Vclmul512(uint32_t crc, std::span<const uint8_t> data) {
+#if defined(__x86_64__)
+  if (!kHasVclmul512) return std::nullopt;
+  if (data.size() < 256) return Crc32Portable(crc, data);
+  return ~UpdateVclmul512(~crc, data.data(), data.size());
 #else
   return std::nullopt;
 #endif

@@ -82,6 +82,9 @@ TEST(Crc32, FastPathMatchesTheTableMethodOnLongBuffersAtEveryAlignment) {
         if (auto c = Crc32Vclmul(seed, piece)) {
           ASSERT_EQ(*c, want) << "VPCLMULQDQ " << start << "+" << len;
         }
+        if (auto c = Crc32Vclmul512(seed, piece)) {
+          ASSERT_EQ(*c, want) << "VPCLMULQDQ, 512-bit " << start << "+" << len;
+        }
       }
     }
   }
