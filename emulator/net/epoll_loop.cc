@@ -172,9 +172,17 @@ void EpollLoop::Run() {
       RDMAEMU_WARN_LIMITED("epoll_wait: {}", ErrnoText(wait_errno));
     }
     if (RetryDue(Clock::now())) ClearRetry();
+    // Readiness seen before an application thread took the sockets (a
+    // waiter counted, a poll) is theirs now, as if we had looked at the
+    // hold after it: they read the datagrams themselves, or we do in a
+    // later round, once their hold has ended. Read anyway, a datagram
+    // would be the loop thread's although a waiter holds the sockets.
+    const bool theirs = ApplicationHold(Clock::now()).has_value();
     bool delivered = false;
     for (int s = 0; s < num_sockets(); ++s) {
-      if (readable[s] && direct_.ReceiveAll(socket_fd(s), s, handler(), stop_flag())) delivered = true;
+      if (readable[s] && !theirs && direct_.ReceiveAll(socket_fd(s), s, handler(), stop_flag())) {
+        delivered = true;
+      }
     }
     // The set of groups changes only at the top of the round (or in a
     // Drive, which receives from every group anyway).
