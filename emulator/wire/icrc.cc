@@ -241,8 +241,8 @@ __attribute__((target("avx512f,avx512vl,pclmul,vpclmulqdq"))) uint32_t UpdateVcl
   // (GCC 12's zero-extending casts and plain extracts read an undefined
   // register, which -Werror=uninitialized refuses: inserts and masked
   // extracts instead.)
-  __m512i x0 = _mm512_xor_si512(
-      _mm512_loadu_si512(p), _mm512_inserti32x4(_mm512_setzero_si512(), _mm_cvtsi32_si128(static_cast<int>(reg)), 0));
+  const __m128i first = _mm_cvtsi32_si128(static_cast<int>(reg));
+  __m512i x0 = _mm512_xor_si512(_mm512_loadu_si512(p), _mm512_inserti32x4(_mm512_setzero_si512(), first, 0));
   __m512i x1 = _mm512_loadu_si512(p + 64);
   __m512i x2 = _mm512_loadu_si512(p + 128);
   __m512i x3 = _mm512_loadu_si512(p + 192);
@@ -265,7 +265,8 @@ __attribute__((target("avx512f,avx512vl,pclmul,vpclmulqdq"))) uint32_t UpdateVcl
     n -= 64;
   }
   const __m256i k256 = _mm256_set_epi64x(kFold256Hi, kFold256Lo, kFold256Hi, kFold256Lo);
-  const __m256i z = Fold256(_mm512_maskz_extracti64x4_epi64(0xff, y, 0), k256, _mm512_maskz_extracti64x4_epi64(0xff, y, 1));
+  const __m256i z =
+      Fold256(_mm512_maskz_extracti64x4_epi64(0xff, y, 0), k256, _mm512_maskz_extracti64x4_epi64(0xff, y, 1));
   const __m128i k128 = _mm_set_epi64x(kFold128Hi, kFold128Lo);
   __m128i x = Fold(_mm256_castsi256_si128(z), k128, _mm256_extracti128_si256(z, 1));
   // As in UpdateVclmul: no dirty upper halves (of the 512-bit registers
