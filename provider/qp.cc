@@ -915,6 +915,7 @@ int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
       eqp.in_send = eqp.in_write = false;
       eqp.write_mr.reset();
       eqp.nak_sent = eqp.uc_resync = eqp.rnr_waiting = false;
+      eqp.ack_held = false;  // its peer may be another by RTR
       eqp.msn = 0;
       eqp.comm_est = false;
       eqp.cwnd.Reset();

@@ -320,7 +320,9 @@ void Engine::StartPosted(uint32_t qpn) {
     {
       std::lock_guard lock(qp->mu);
       const QpState state = qp->attrs.state;
-      if (qp->sq.empty() || (state != QpState::kRts && state != QpState::kSqd)) return;
+      // A held ACK is due now: the peer is owed it (HoldAck).
+      if (qp->ack_held) qp->held_ack_until = Clock::time_point::min();
+      if ((qp->sq.empty() && !qp->ack_held) || (state != QpState::kRts && state != QpState::kSqd)) return;
     }
     if (Clock::now() >= give_up) return;
     Doorbell(qpn);
@@ -608,9 +610,12 @@ std::optional<Clock::time_point> Engine::OnWork(Clock::time_point now) {
   // Iterate over a snapshot: a QP that fails here (retries exhausted)
   // leaves active_ from inside CheckTimers.
   std::optional<Clock::time_point> next;
+  if (!held_acks_.empty()) next = FlushDueAcks(now);
   // Captured packets reach the file within capture::kFlushInterval, even
   // when the engine then goes idle.
-  if (capture::FlushIfDue(now)) next = now + capture::kFlushInterval;
+  if (capture::FlushIfDue(now) && (!next || now + capture::kFlushInterval < *next)) {
+    next = now + capture::kFlushInterval;
+  }
   if (scan_at_ && now < *scan_at_) {
     // No timer or RNR wait is due: the QPs in flight need nothing now.
     if (!next || *scan_at_ < *next) next = scan_at_;
@@ -664,6 +669,11 @@ void Engine::Transmit(Qp* qp, const wire::PacketFields& fields_in, wire::Gather 
     // A DLID that no port of the subnet has (subnet.h): lost, as in a switch.
     Count(qp, &Counters::dropped_no_route);
     return;
+  }
+  // A held ACK leaves ahead of the QP's other answers: a NAK, READ
+  // response or atomic ACK acknowledges what it does.
+  if (qp != nullptr && qp->ack_held && wire::InfoOf(fields_in.opcode).Has(wire::kResponseMask)) {
+    FlushHeldAck(*qp);
   }
   wire::PacketFields fields = fields_in;
   if (qp != nullptr) fields.bth.pkey = device_->PkeyAt(qp->attrs.port, qp->attrs.pkey_index);
@@ -1221,6 +1231,16 @@ void Engine::ExecuteUdSend(Qp& qp, const SendWqe& wqe) {
   complete(objects::WcStatus::kSuccess);
 }
 
+namespace {
+
+bool IsResponse(const net::Datagram& d) {
+  if (d.data.size() < wire::kBthBytes || wire::IsRawFrameDatagram(d.data)) return false;
+  const wire::OpcodeInfo* info = wire::FindOpcode(d.data[0]);
+  return info != nullptr && info->Has(wire::kResponseMask);
+}
+
+}  // namespace
+
 void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
   const Clock::time_point now = Clock::now();
   last_datagram_ns_.store(net::NanosOf(now), std::memory_order_relaxed);
@@ -1242,22 +1262,37 @@ void Engine::OnDatagrams(std::span<const net::Datagram> batch) {
       CountPort(port, &Counters::dropped_port_down);
       continue;
     }
-    // Fault rules see what the BTH says; anything shorter goes on to be
-    // dropped as malformed.
-    // Raw frames have no BTH for a rule to look at: they pass untouched.
-    if (!faults_.active() || d.data.size() < wire::kBthBytes || wire::IsRawFrameDatagram(d.data)) {
-      ReceiveDatagram(d, now);
-      continue;
+    // A batch's responses go first: an ACK that left right behind a
+    // request of the same peer (HoldAck) completes the WQE it answers
+    // before the request's own completion comes, as a NIC's ACK ahead of
+    // the answer would (rping reuses its send buffer once the answer is in,
+    // perftest's rdma_cm exchange receives the answer into it).
+    if (IsResponse(d)) {
+      Admit(d, port, now);
+    } else {
+      deferred_.push_back(static_cast<uint32_t>(&d - batch.data()));
     }
-    const wire::ConstBthView bth(d.data);
-    fault::PacketMeta meta;
-    meta.dir = fault::kRx;
-    meta.port = port;
-    meta.local_qpn = meta.dst_qpn = bth.dest_qpn();
-    meta.psn = bth.psn();
-    meta.opcode = bth.opcode();
-    faults_.Ingress(meta, d, now, *this);
   }
+  for (uint32_t i : deferred_) Admit(batch[i], static_cast<uint8_t>(batch[i].socket + 1), now);
+  deferred_.clear();
+}
+
+void Engine::Admit(const net::Datagram& d, uint8_t port, Clock::time_point now) {
+  // Fault rules see what the BTH says; anything shorter goes on to be
+  // dropped as malformed.
+  // Raw frames have no BTH for a rule to look at: they pass untouched.
+  if (!faults_.active() || d.data.size() < wire::kBthBytes || wire::IsRawFrameDatagram(d.data)) {
+    ReceiveDatagram(d, now);
+    return;
+  }
+  const wire::ConstBthView bth(d.data);
+  fault::PacketMeta meta;
+  meta.dir = fault::kRx;
+  meta.port = port;
+  meta.local_qpn = meta.dst_qpn = bth.dest_qpn();
+  meta.psn = bth.psn();
+  meta.opcode = bth.opcode();
+  faults_.Ingress(meta, d, now, *this);
 }
 
 void Engine::ReceiveDatagram(const net::Datagram& d, Clock::time_point now) {

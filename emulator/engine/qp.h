@@ -246,6 +246,7 @@ struct Qp {
   // descheduled is not given up on after retry_cnt very short timers.
   uint8_t timeouts_in_row = 0;
   Clock::time_point timeout_at{};  // valid while inflight is not empty
+  Clock::time_point last_request_at{};  // when SendRequest last sent a packet
   Clock::time_point rnr_until{};   // sending paused after an RNR NAK until then
   bool rnr_waiting = false;
   // The PSN a sequence-error NAK last sent us back to, while no ACK has
@@ -276,6 +277,25 @@ struct Qp {
   uint64_t recv_offset = 0;
   // A SEND into a tag-matching SRQ: what the TMH decided (tag_matching.cc).
   TmDelivery tm;
+  // ACK coalescing (Engine::HoldAck): an ACK held back to leave right behind
+  // the QP's next request, in the same UDP GSO send, so that a program
+  // answering each message (a ping-pong) costs its peer one datagram and
+  // one receive per message, not two. The psn and msn are the ACK's.
+  bool ack_held = false;
+  bool ack_hold_listed = false;  // in Engine::held_acks_
+  uint32_t held_ack_psn = 0;
+  uint32_t held_ack_msn = 0;
+  Clock::time_point held_ack_until{};
+  // Messages in a row that alternated between received (an ACK due) and
+  // sent (Progress): a QP holds only in a sustained ping-pong
+  // (kAckHoldAfter). A short exchange, such as a connection's setup
+  // messages, takes each ACK ahead of the answer, as a NIC does; perftest's
+  // rdma_cm exchange receives the answer into the buffer it sent from.
+  uint32_t alternations = 0;
+  bool last_was_receive = false;
+  // A held ACK that had to leave alone at held_ack_until: no more holds
+  // until then (the program does not answer each message).
+  Clock::time_point ack_hold_off_until{};
   bool in_write = false;         // a multi-packet WRITE is being received
   std::shared_ptr<const objects::Mr> write_mr;
   uint64_t write_va = 0;

@@ -37,6 +37,27 @@ uint32_t LastRequestPsn(const Inflight& f) {
   return UsesResponderResource(f.wqe.op) ? f.first_psn : f.last_psn;
 }
 
+// Whether a held ACK may leave right behind what Progress sends now, in the
+// same GSO send (BuildGso: every segment but the last as long as the
+// first): one request packet, no shorter than the ACK, or none at all (the
+// hold goes on). Anything else, and it leaves first, as without the hold.
+// Either way the peer never takes in the request without the ACK ahead of
+// it: it handles a batch's responses first (Engine::OnDatagrams).
+bool AckRidesBehind(const Qp& qp) {
+  const Inflight* one = nullptr;
+  for (const Inflight& f : qp.inflight) {
+    if (f.local_op) continue;
+    if (f.packets == 0) break;
+    if (wire::PsnDiff(LastRequestPsn(f), f.next_psn) < 0) continue;
+    if (one != nullptr || f.next_psn != LastRequestPsn(f)) return false;
+    one = &f;
+  }
+  if (one == nullptr || !InWindow(qp, one->next_psn)) return true;
+  // A SEND of no bytes, 16 bytes with its ICRC, is the one request shorter
+  // than an ACK (20).
+  return !(one->wqe.op == SendOp::kSend && one->wqe.length == 0);
+}
+
 }  // namespace
 
 Clock::duration TransportTimeout(uint8_t timeout) {
@@ -97,6 +118,8 @@ void Engine::Progress(Qp& qp, Clock::time_point now) {
   } else if (qp.sqd_admit > 0) {
     qp.sqd_admit -= AdmitWqes(qp, qp.sqd_admit);
   }
+  if (qp.ack_held && !AckRidesBehind(qp)) FlushHeldAck(qp);
+  bool sent = false;
   for (Inflight& f : qp.inflight) {
     if (f.local_op) continue;  // executed at admission; nothing to send
     if (f.packets == 0) break;  // a WQE that failed locally: nothing after it goes out
@@ -104,10 +127,17 @@ void Engine::Progress(Qp& qp, Clock::time_point now) {
     while (wire::PsnDiff(f.next_psn, last) <= 0) {
       if (IsReliable(qp.type) && !InWindow(qp, f.next_psn)) break;
       SendRequest(qp, f, f.next_psn);
+      sent = true;
       f.next_psn = wire::PsnNext(f.next_psn);
     }
     if (wire::PsnDiff(f.next_psn, last) <= 0) break;  // the window is full
     f.sent = true;
+  }
+  if (sent) {
+    qp.last_request_at = now;
+    qp.alternations = qp.last_was_receive ? qp.alternations + 1 : 0;
+    qp.last_was_receive = false;
+    FlushHeldAck(qp);
   }
   // UC has no acknowledgements: a message is complete once sent.
   if (qp.type == QpType::kUc) {

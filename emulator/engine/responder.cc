@@ -38,14 +38,83 @@ constexpr uint8_t kFlushMr = 1;
 }  // namespace
 
 void Engine::SendAck(Qp& qp, uint32_t psn, uint8_t syndrome) {
+  if (syndrome == wire::AckSyndrome() && HoldAck(qp, psn)) return;
+  TransmitAck(qp, psn, qp.msn, syndrome);
+}
+
+void Engine::TransmitAck(Qp& qp, uint32_t psn, uint32_t msn, uint8_t syndrome) {
   wire::PacketFields p;
   p.opcode = OnTransport(qp.type, wire::Opcode::RC_ACKNOWLEDGE);
   p.bth.dest_qpn = qp.attrs.dest_qpn;
   p.bth.psn = psn;
   p.bth.migreq = qp.attrs.mig_state == MigState::kMigrated;
   p.aeth.syndrome = syndrome;
-  p.aeth.msn = qp.msn & 0xffffff;
+  p.aeth.msn = msn & 0xffffff;
   Transmit(&qp, p, wire::Gather(), qp.attrs.dest_ip);
+}
+
+bool Engine::HoldAck(Qp& qp, uint32_t psn) {
+  if (qp.type != QpType::kRc) return false;
+  qp.alternations = qp.last_was_receive ? 0 : qp.alternations + 1;
+  qp.last_was_receive = true;
+  const Clock::time_point now = Clock::now();
+  if (!qp.ack_held) {
+    // Only a QP that sent a request of its own lately and has nothing
+    // waiting to go (the window is not what holds its requests back: two
+    // QPs whose windows are full would each wait for the other's ACK).
+    if (qp.alternations < kAckHoldAfter || now >= qp.last_request_at + kAckHoldWindow ||
+        now < qp.ack_hold_off_until ||
+        !qp.sq.empty() || qp.rnr_waiting || (!qp.inflight.empty() && !qp.inflight.back().sent) ||
+        now < Clock::time_point(std::chrono::nanoseconds(last_event_wait_ns_.load(std::memory_order_relaxed))) +
+                  kAckHoldWindow ||
+        faults_.active() || !loop_->SendsCoalesce()) {
+      return false;
+    }
+    qp.ack_held = true;
+    qp.held_ack_until = now + kAckHold;
+    if (!qp.ack_hold_listed) {
+      qp.ack_hold_listed = true;
+      held_acks_.push_back(qp.qpn);
+    }
+  }
+  qp.held_ack_psn = psn;
+  qp.held_ack_msn = qp.msn;
+  return true;
+}
+
+void Engine::FlushHeldAck(Qp& qp) {
+  if (!qp.ack_held) return;
+  qp.ack_held = false;
+  // A QP that went to ERR meanwhile sends nothing more.
+  if (qp.attrs.state == QpState::kErr || qp.attrs.state == QpState::kReset) return;
+  TransmitAck(qp, qp.held_ack_psn, qp.held_ack_msn, wire::AckSyndrome());
+}
+
+std::optional<Clock::time_point> Engine::FlushDueAcks(Clock::time_point now) {
+  std::optional<Clock::time_point> next;
+  for (size_t i = 0; i < held_acks_.size();) {
+    bool keep = false;
+    if (auto qp = FindQp(held_acks_[i])) {
+      std::lock_guard lock(qp->mu);
+      if (!qp->removed && qp->ack_held && now < qp->held_ack_until) {
+        keep = true;
+        if (!next || qp->held_ack_until < *next) next = qp->held_ack_until;
+      } else {
+        if (!qp->removed && qp->ack_held) {
+          FlushHeldAck(*qp);
+          qp->ack_hold_off_until = now + kAckHoldBackoff;
+        }
+        qp->ack_hold_listed = false;
+      }
+    }
+    if (keep) {
+      ++i;
+    } else {
+      held_acks_[i] = held_acks_.back();
+      held_acks_.pop_back();
+    }
+  }
+  return next;
 }
 
 void Engine::SendRnrNak(Qp& qp, uint32_t psn) {

@@ -61,6 +61,7 @@ class EpollLoop final : public LoopBase {
   bool SocketsHandedOver() const override { return !watching_; }
   void DriveFlush() override { Flush(); }
   size_t DriveQueued() const override { return direct_.size(); }
+  bool SendsCoalesce() const override { return direct_.gso(); }
   // Adds the group sockets added to the epoll set and closes the removed.
   void ApplyGroupChanges();
   void Flush();

@@ -384,6 +384,18 @@ void LoopBase::AcquireDrive() {
   asleep_until_.reset();
 }
 
+bool LoopBase::LoopWakesTooLate() const {
+  const std::optional<Clock::time_point> next = NextWake();
+  if (!asleep_ || !next || (asleep_until_ && *next >= *asleep_until_)) return false;
+  // A loop thread asleep on the applications' hold wakes at its timer and
+  // then sleeps no longer than NextWake, so the handler's deadline after the
+  // timer needs no ring: a held ACK's (Engine::HoldAck), in every round of
+  // a ping-pong. Drivers that push the timer past it meet it in their own
+  // rounds (MaybeWork); after the last, it is at most kDriveHold late.
+  const bool handlers = deadline_ && *deadline_ == *next;
+  return !handlers || hold_timer_ns_ == 0 || NanosOf(*next) < hold_timer_ns_;
+}
+
 void LoopBase::ReleaseToSleep(std::optional<Clock::time_point> until) {
   asleep_ = true;
   asleep_until_ = until;
@@ -506,8 +518,7 @@ bool LoopBase::Drive(bool receive, SendBatching batching) {
   if (receive || batching == SendBatching::kOff || !SendsMayWait(Clock::now())) SendQueued();
   // The handler (or a send that must wait) may want the loop sooner than it
   // planned to wake; a loop that is awake looks again before it sleeps.
-  const std::optional<Clock::time_point> next = NextWake();
-  const bool wake_loop = asleep_ && next && (!asleep_until_ || *next < *asleep_until_);
+  const bool wake_loop = LoopWakesTooLate();
   driver_.store(std::thread::id(), std::memory_order_relaxed);
   drive_mu_.unlock();
   if (wake_loop) Ring();
@@ -529,8 +540,7 @@ bool LoopBase::Inject(std::span<const Datagram> batch) {
   if (!batch.empty()) handler().OnDatagrams(batch);
   MaybeWork(!batch.empty(), /*force=*/true);
   SendQueued();
-  const std::optional<Clock::time_point> next = NextWake();
-  const bool wake_loop = asleep_ && next && (!asleep_until_ || *next < *asleep_until_);
+  const bool wake_loop = LoopWakesTooLate();
   driver_.store(std::thread::id(), std::memory_order_relaxed);
   drive_mu_.unlock();
   if (wake_loop) Ring();

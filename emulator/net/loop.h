@@ -258,6 +258,10 @@ class Loop {
   // From the first socket.
   void Send(const sockaddr_in& to, std::span<const iovec> iov) { Send(0, to, iov); }
   virtual bool InLoopThread() const = 0;
+  // The driving thread: whether datagrams sent one after another to the
+  // same address leave as one UDP GSO send, whoever sends them (the loop
+  // thread or a driver); false once the kernel has refused GSO.
+  virtual bool SendsCoalesce() const = 0;
   // The driving thread (inside a LoopHandler call): true if a datagram has
   // reached a socket of the device and the handler has not had it yet. A
   // transport timer asks before it fires: the ACK it waits for may be in

@@ -194,6 +194,7 @@ class DirectIo {
   Flushed Flush(std::span<const int> fds, int* blocked_socket);
   bool empty() const { return queue_size_ == 0; }
   size_t size() const { return queue_size_; }
+  bool gso() const { return gso_; }
 
  private:
   static constexpr int kReceiveRounds = 16;  // recvmmsg calls per drain, then others get a turn
@@ -281,6 +282,10 @@ class LoopBase : public Loop {
   // at `until` (nullopt: no deadline); Acquire takes it back after.
   void AcquireDrive();
   void ReleaseToSleep(std::optional<Clock::time_point> until);
+  // A driver, drive lock held, whose round gave the loop an earlier
+  // deadline (NextWake): whether the sleeping loop thread must be rung to
+  // see it.
+  bool LoopWakesTooLate() const;
   // After a wait that timed out with nothing to do, lock not held: true if
   // applications still drive and the loop's own deadline (the `until` of
   // ReleaseToSleep) is not due, so it may wait again, without the lock,

@@ -231,6 +231,7 @@ class UringLoop final : public LoopBase {
   bool SocketsHandedOver() const override;
   void DriveFlush() override;
   size_t DriveQueued() const override { return direct_.size(); }
+  bool SendsCoalesce() const override { return gso_ && direct_.gso(); }
   // Sends what application threads queued in direct_ and could not send;
   // on failure tries again after kSendRetryDelay.
   void FlushDirect();

@@ -1,6 +1,7 @@
 #include "tests/emulator/engine/fake_peer.h"
 
 #include <arpa/inet.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -74,6 +75,32 @@ void FakePeer::SendRaw(std::span<const uint8_t> bytes) {
   to.sin_addr.s_addr = htonl(emu_ip_);
   to.sin_port = htons(port_);
   (void)sendto(fd_, bytes.data(), bytes.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+}
+
+bool FakePeer::SendTogether(std::span<const std::vector<uint8_t>> packets) {
+  if (packets.empty()) return false;
+  std::vector<uint8_t> all;
+  for (const auto& p : packets) all.insert(all.end(), p.begin(), p.end());
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(emu_ip_);
+  to.sin_port = htons(port_);
+  iovec iov{all.data(), all.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(uint16_t))] = {};
+  msghdr m{};
+  m.msg_name = &to;
+  m.msg_namelen = sizeof to;
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = control;
+  m.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&m);
+  c->cmsg_level = SOL_UDP;
+  c->cmsg_type = UDP_SEGMENT;
+  c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+  const auto segment = static_cast<uint16_t>(packets.front().size());
+  std::memcpy(CMSG_DATA(c), &segment, sizeof segment);
+  return sendmsg(fd_, &m, 0) == static_cast<ssize_t>(all.size());
 }
 
 std::optional<RxPacket> FakePeer::Receive(std::chrono::milliseconds timeout) {

@@ -82,6 +82,10 @@ class FakePeer {
                              std::span<const uint8_t> payload = {}) const;
   // Sends bytes as they are.
   void SendRaw(std::span<const uint8_t> bytes);
+  // Sends packets as one UDP GSO send, so that they reach the emulator's
+  // socket together (UDP GRO): every one as long as the first but the last,
+  // which may be shorter. False if the kernel refused it.
+  bool SendTogether(std::span<const std::vector<uint8_t>> packets);
   // Recomputes the ICRC trailer of `packet` for this peer -> the emulator.
   void FixIcrc(std::span<uint8_t> packet) const;
 
