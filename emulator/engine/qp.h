@@ -246,7 +246,7 @@ struct Qp {
   // descheduled is not given up on after retry_cnt very short timers.
   uint8_t timeouts_in_row = 0;
   Clock::time_point timeout_at{};  // valid while inflight is not empty
-  Clock::time_point last_request_at{};  // when SendRequest last sent a packet
+  Clock::time_point last_request_at{};  // when Progress last sent a request packet
   Clock::time_point rnr_until{};   // sending paused after an RNR NAK until then
   bool rnr_waiting = false;
   // The PSN a sequence-error NAK last sent us back to, while no ACK has

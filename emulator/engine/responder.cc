@@ -1,7 +1,8 @@
 // The responder: checks each request packet (PSN, opcode sequence, QP
 // access, keys, bounds), executes it, and answers with ACK, NAK, read
 // responses or atomic ACKs. Duplicate READs and atomics are answered from
-// the replay list, never executed twice.
+// the replay list, never executed twice. In a sustained ping-pong an ACK
+// may wait for the QP's next request and leave right behind it (HoldAck).
 #include <arpa/inet.h>
 
 #include <cstring>
@@ -59,14 +60,16 @@ bool Engine::HoldAck(Qp& qp, uint32_t psn) {
   qp.last_was_receive = true;
   const Clock::time_point now = Clock::now();
   if (!qp.ack_held) {
-    // Only a QP that sent a request of its own lately and has nothing
-    // waiting to go (the window is not what holds its requests back: two
-    // QPs whose windows are full would each wait for the other's ACK).
+    // Only a QP in a ping-pong that sent a request of its own lately and
+    // has nothing waiting to go (the window is not what holds its requests
+    // back: two QPs whose windows are full would each wait for the other's
+    // ACK), in a program that does not wait for completion events.
+    const Clock::time_point event_wait(
+        std::chrono::nanoseconds(last_event_wait_ns_.load(std::memory_order_relaxed)));
+    const bool waiting_to_go =
+        !qp.sq.empty() || qp.rnr_waiting || (!qp.inflight.empty() && !qp.inflight.back().sent);
     if (qp.alternations < kAckHoldAfter || now >= qp.last_request_at + kAckHoldWindow ||
-        now < qp.ack_hold_off_until ||
-        !qp.sq.empty() || qp.rnr_waiting || (!qp.inflight.empty() && !qp.inflight.back().sent) ||
-        now < Clock::time_point(std::chrono::nanoseconds(last_event_wait_ns_.load(std::memory_order_relaxed))) +
-                  kAckHoldWindow ||
+        now < qp.ack_hold_off_until || waiting_to_go || now < event_wait + kAckHoldWindow ||
         faults_.active() || !loop_->SendsCoalesce()) {
       return false;
     }
