@@ -34,18 +34,8 @@ class AckHoldTest : public ::testing::Test {
     ASSERT_NE(qp_, nullptr);
   }
 
-  // The next completion, polled without sleeping between polls, as a
-  // program that spins on its CQ does (EmuRc::Poll sleeps).
-  std::optional<ibv_wc> SpinPoll() {
-    const auto give_up = std::chrono::steady_clock::now() + 2s;
-    do {
-      ibv_wc wc{};
-      const int n = ibv_poll_cq(emu_.cq(), 1, &wc);
-      if (n == 1) return wc;
-      if (n < 0) return std::nullopt;
-    } while (std::chrono::steady_clock::now() < give_up);
-    return std::nullopt;
-  }
+  // The next completion, polled as a program that spins on its CQ does.
+  std::optional<ibv_wc> SpinPoll() { return emu_.Poll(2000ms, /*spin=*/true); }
 
   // The device sends a SEND at `psn` and the peer acknowledges it: the QP
   // has sent a request of its own.

@@ -350,14 +350,14 @@ ibv_qp_state EmuRc::State(ibv_qp* qp) {
   return a.qp_state;
 }
 
-std::optional<ibv_wc> EmuRc::Poll(std::chrono::milliseconds timeout) {
+std::optional<ibv_wc> EmuRc::Poll(std::chrono::milliseconds timeout, bool spin) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   do {
     ibv_wc wc{};
     int n = ibv_poll_cq(cq_, 1, &wc);
     if (n == 1) return wc;
     if (n < 0) return std::nullopt;
-    usleep(200);
+    if (!spin) usleep(200);
   } while (std::chrono::steady_clock::now() < deadline);
   return std::nullopt;
 }

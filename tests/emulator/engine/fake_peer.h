@@ -169,8 +169,9 @@ class EmuRc {
                size_t length, uint64_t remote_addr = 0, uint32_t rkey = 0);
   ibv_qp_state State(ibv_qp* qp);
 
-  // The next completion, or nullopt after `timeout`.
-  std::optional<ibv_wc> Poll(std::chrono::milliseconds timeout = 2000ms);
+  // The next completion, or nullopt after `timeout`. With `spin` it polls
+  // without sleeping between polls, as a program spinning on its CQ does.
+  std::optional<ibv_wc> Poll(std::chrono::milliseconds timeout = 2000ms, bool spin = false);
   // Every completion within `window`.
   std::vector<ibv_wc> PollAll(std::chrono::milliseconds window);
 
